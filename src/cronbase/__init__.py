@@ -1,0 +1,41 @@
+"""cronbase: scheduled and background jobs for Python on the PostgreSQL you already have."""
+
+from .app import App
+from .client import JobOptions
+from .context import JobContext, current_job
+from .errors import (
+    ConfigurationError,
+    CronbaseError,
+    DatabaseURLError,
+    JobNotFoundError,
+    JobStateError,
+    MigrationError,
+    PayloadError,
+    UnknownTaskError,
+)
+from .job import Job, JobAttempt, JobStatus
+from .retry import Backoff
+from .task import Deferral, Task
+from .worker import Worker
+
+__all__ = [
+    "App",
+    "Backoff",
+    "ConfigurationError",
+    "CronbaseError",
+    "DatabaseURLError",
+    "Deferral",
+    "Job",
+    "JobAttempt",
+    "JobContext",
+    "JobNotFoundError",
+    "JobOptions",
+    "JobStateError",
+    "JobStatus",
+    "MigrationError",
+    "PayloadError",
+    "Task",
+    "UnknownTaskError",
+    "Worker",
+    "current_job",
+]

@@ -1,0 +1,328 @@
+"""Enqueue and admin calls: pure builders (arguments -> statement + params) and thin shells.
+
+Each operation has a sync and an async shell of a few lines over the same builder, as httpx
+splits its clients. The caller's own connection, when given, is used as is: the job is written
+inside the caller's transaction and exists only if that transaction commits.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .errors import CronbaseError, JobNotFoundError, JobStateError, PayloadError
+from .job import Job, JobAttempt, JobStatus, Payload
+
+if TYPE_CHECKING:
+    from .app import App
+    from .db.queries import Queries
+
+# How often a keyed insert is retried when the conflicting row was committed after this
+# statement's snapshot, or finished between the conflict and the look-up.
+_UNIQUE_TRIES = 5
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything about one job but its task and payload."""
+
+    queue: str = "default"
+    priority: int = 100
+    max_attempts: int = 20
+    lease: timedelta = timedelta(minutes=1)
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    idempotency_key: str | None = None
+    dedupe_key: str | None = None
+    on_duplicate: Literal["ignore", "replace"] = "ignore"
+
+    def check(self) -> None:
+        if self.run_at is not None and self.delay is not None:
+            raise CronbaseError("give run_at or delay, not both")
+        if self.run_at is not None and self.run_at.tzinfo is None:
+            raise CronbaseError(f"run_at must be timezone-aware, got naive {self.run_at!r}")
+        if not -32768 <= self.priority <= 32767:
+            raise CronbaseError(f"priority must be within -32768..32767, got {self.priority}")
+        if self.max_attempts < 1:
+            raise CronbaseError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.lease <= timedelta(0):
+            raise CronbaseError(f"lease must be positive, got {self.lease!r}")
+        if not self.queue:
+            raise CronbaseError("queue name must not be empty")
+        if self.on_duplicate not in ("ignore", "replace"):
+            raise CronbaseError(
+                f"on_duplicate must be 'ignore' or 'replace', got {self.on_duplicate!r}"
+            )
+        if self.on_duplicate == "replace" and (self.dedupe_key is None or self.idempotency_key):
+            raise CronbaseError("on_duplicate='replace' needs a dedupe_key and no idempotency_key")
+
+    @property
+    def has_keys(self) -> bool:
+        return self.idempotency_key is not None or self.dedupe_key is not None
+
+
+def encode_payload(task: str, payload: Payload) -> str:
+    """JSON text of a payload; refuses what JSON cannot hold, naming the task and the value."""
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"payload for task {task!r} is not JSON: {exc}") from None
+
+
+def build_insert(
+    q: Queries, task: str, opts: JobOptions, payload: Payload
+) -> tuple[bytes, dict[str, Any]]:
+    params: dict[str, Any] = {
+        "task": task,
+        "queue": opts.queue,
+        "payload": encode_payload(task, payload),
+        "priority": opts.priority,
+        "run_at": opts.run_at,
+        "delay": opts.delay or timedelta(0),
+        "max_attempts": opts.max_attempts,
+        "lease": opts.lease,
+    }
+    if not opts.has_keys:
+        return q.insert_job, params
+    params["idempotency_key"] = opts.idempotency_key
+    params["dedupe_key"] = opts.dedupe_key
+    if opts.on_duplicate == "replace":
+        return q.upsert_job_replace, params
+    return q.insert_job_unique, params
+
+
+def build_insert_many(
+    q: Queries, task: str, opts: JobOptions, payloads: Sequence[Payload]
+) -> tuple[bytes, dict[str, Any]]:
+    if opts.has_keys:
+        raise CronbaseError(
+            "defer_many takes no idempotency_key or dedupe_key (one key cannot fit many jobs); "
+            "defer keyed jobs one by one"
+        )
+    return q.insert_jobs, {
+        "task": task,
+        "queue": opts.queue,
+        "payloads": [encode_payload(task, p) for p in payloads],
+        "priority": opts.priority,
+        "run_at": opts.run_at,
+        "delay": opts.delay or timedelta(0),
+        "max_attempts": opts.max_attempts,
+        "lease": opts.lease,
+    }
+
+
+def _keyed_miss(task: str, opts: JobOptions) -> CronbaseError:
+    return CronbaseError(
+        f"could not insert or find the job for task {task!r} with idempotency_key="
+        f"{opts.idempotency_key!r} dedupe_key={opts.dedupe_key!r} (concurrent changes)"
+    )
+
+
+def _sync_conn(connection: object) -> psycopg.Connection[Any]:
+    if not isinstance(connection, psycopg.Connection):
+        raise CronbaseError(
+            f"defer() needs a sync psycopg.Connection, got {type(connection).__name__}; "
+            "use defer_async() with an AsyncConnection"
+        )
+    return connection
+
+
+def _async_conn(connection: object) -> psycopg.AsyncConnection[Any]:
+    if not isinstance(connection, psycopg.AsyncConnection):
+        raise CronbaseError(
+            f"defer_async() needs a psycopg.AsyncConnection, got {type(connection).__name__}; "
+            "use defer() with a sync Connection"
+        )
+    return connection
+
+
+def defer_one_sync(
+    app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
+) -> int:
+    query, params = build_insert(app.queries, task, opts, payload)
+    for _ in range(_UNIQUE_TRIES):
+        if connection is not None:
+            row = _sync_conn(connection).execute(query, params).fetchone()
+        else:
+            with app.pool().connection() as conn:
+                row = conn.execute(query, params).fetchone()
+        if row is not None:
+            return int(row[0])
+    raise _keyed_miss(task, opts)
+
+
+async def defer_one_async(
+    app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
+) -> int:
+    query, params = build_insert(app.queries, task, opts, payload)
+    for _ in range(_UNIQUE_TRIES):
+        if connection is not None:
+            cur = await _async_conn(connection).execute(query, params)
+            row = await cur.fetchone()
+        else:
+            async with (await app.async_pool()).connection() as conn:
+                row = await (await conn.execute(query, params)).fetchone()
+        if row is not None:
+            return int(row[0])
+    raise _keyed_miss(task, opts)
+
+
+def defer_many_sync(
+    app: App, task: str, opts: JobOptions, payloads: Sequence[Payload], connection: object | None
+) -> list[int]:
+    if not payloads:
+        return []
+    query, params = build_insert_many(app.queries, task, opts, payloads)
+    if connection is not None:
+        rows = _sync_conn(connection).execute(query, params).fetchall()
+    else:
+        with app.pool().connection() as conn:
+            rows = conn.execute(query, params).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+async def defer_many_async(
+    app: App, task: str, opts: JobOptions, payloads: Sequence[Payload], connection: object | None
+) -> list[int]:
+    if not payloads:
+        return []
+    query, params = build_insert_many(app.queries, task, opts, payloads)
+    if connection is not None:
+        rows = await (await _async_conn(connection).execute(query, params)).fetchall()
+    else:
+        async with (await app.async_pool()).connection() as conn:
+            rows = await (await conn.execute(query, params)).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _one_job(row: dict[str, Any] | None, job_id: int) -> Job:
+    if row is None:
+        raise JobNotFoundError(job_id)
+    return Job.from_row(row)
+
+
+def _state_error(action: str, job: Job) -> JobStateError:
+    allowed = {"retry": "any state but running", "cancel": "queued, failed or running"}[action]
+    return JobStateError(
+        f"cannot {action} job {job.id}: it is {job.status.value} ({action} needs {allowed})"
+    )
+
+
+JobList = list[Job]
+AttemptList = list[JobAttempt]
+RowList = list[dict[str, Any]]
+
+
+class Jobs:
+    """Admin calls on jobs: ``app.jobs.get(id)``, ``.list()``, ``.retry(id)``, ``.cancel(id)``."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def _fetch(self, query: bytes, params: dict[str, Any]) -> RowList:
+        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query, params).fetchall()
+
+    async def _fetch_async(self, query: bytes, params: dict[str, Any]) -> RowList:
+        pool = await self.app.async_pool()
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+    def _list_params(
+        self, status: JobStatus | str | None, queue: str | None, task: str | None, limit: int
+    ) -> dict[str, Any]:
+        if status is not None:
+            try:
+                status = JobStatus(status)
+            except ValueError:
+                known = ", ".join(s.value for s in JobStatus)
+                raise CronbaseError(f"unknown status {status!r}; one of: {known}") from None
+        if limit < 1:
+            raise CronbaseError(f"limit must be at least 1, got {limit}")
+        return {
+            "status": status.value if status else None,
+            "queue": queue,
+            "task": task,
+            "limit": limit,
+        }
+
+    def get(self, job_id: int) -> Job:
+        rows = self._fetch(self.app.queries.get_job, {"id": job_id})
+        return _one_job(rows[0] if rows else None, job_id)
+
+    async def get_async(self, job_id: int) -> Job:
+        rows = await self._fetch_async(self.app.queries.get_job, {"id": job_id})
+        return _one_job(rows[0] if rows else None, job_id)
+
+    def list(
+        self,
+        status: JobStatus | str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+    ) -> JobList:
+        """Newest first."""
+        params = self._list_params(status, queue, task, limit)
+        return [Job.from_row(r) for r in self._fetch(self.app.queries.list_jobs, params)]
+
+    async def list_async(
+        self,
+        status: JobStatus | str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+    ) -> JobList:
+        params = self._list_params(status, queue, task, limit)
+        rows = await self._fetch_async(self.app.queries.list_jobs, params)
+        return [Job.from_row(r) for r in rows]
+
+    def attempts(self, job_id: int) -> AttemptList:
+        """Every recorded attempt of a job, oldest first."""
+        rows = self._fetch(self.app.queries.list_job_attempts, {"id": job_id})
+        return [JobAttempt.from_row(r) for r in rows]
+
+    async def attempts_async(self, job_id: int) -> AttemptList:
+        rows = await self._fetch_async(self.app.queries.list_job_attempts, {"id": job_id})
+        return [JobAttempt.from_row(r) for r in rows]
+
+    def _admin_params(self, job_id: int) -> dict[str, Any]:
+        return {"id": job_id, "channel": self.app.channel}
+
+    def retry(self, job_id: int) -> Job:
+        """Run the job again now (any state but running); returns it queued."""
+        rows = self._fetch(self.app.queries.retry_job, self._admin_params(job_id))
+        if rows:
+            return Job.from_row(rows[0])
+        raise _state_error("retry", self.get(job_id))
+
+    async def retry_async(self, job_id: int) -> Job:
+        rows = await self._fetch_async(self.app.queries.retry_job, self._admin_params(job_id))
+        if rows:
+            return Job.from_row(rows[0])
+        raise _state_error("retry", await self.get_async(job_id))
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a waiting or running job; a running attempt's result is then ignored."""
+        rows = self._fetch(self.app.queries.cancel_job, self._admin_params(job_id))
+        if rows:
+            return Job.from_row(rows[0])
+        raise _state_error("cancel", self.get(job_id))
+
+    async def cancel_async(self, job_id: int) -> Job:
+        rows = await self._fetch_async(self.app.queries.cancel_job, self._admin_params(job_id))
+        if rows:
+            return Job.from_row(rows[0])
+        raise _state_error("cancel", await self.get_async(job_id))
+
+    def counts(self) -> builtins.list[tuple[str, JobStatus, int]]:
+        """(queue, status, count) for every queue and status present."""
+        rows = self._fetch(self.app.queries.count_jobs_by_status, {})
+        return [(r["queue"], JobStatus(r["status"]), int(r["count"])) for r in rows]

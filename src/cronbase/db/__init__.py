@@ -1,0 +1,1 @@
+"""Database access: connections, named statements, migrations, notifications."""

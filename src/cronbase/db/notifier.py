@@ -1,0 +1,70 @@
+"""LISTEN/NOTIFY on a dedicated connection, reconnecting when it drops.
+
+The jobs trigger sends one notification per statement and queue on channel ``<schema>_jobs``; the
+worker's claim loop wakes on it. Polling stays as the fallback, so a lost notification delays a
+job by at most one poll interval, never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+from psycopg import sql
+
+logger = logging.getLogger("cronbase")
+
+
+def channel_name(schema: str) -> str:
+    return f"{schema}_jobs"
+
+
+class Notifier:
+    """Calls ``on_notify(payload)`` for each notification; ``on_reconnect()`` after each reconnect."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[psycopg.AsyncConnection]],
+        channel: str,
+        on_notify: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+    ) -> None:
+        self._connect = connect
+        self.channel = channel
+        self._on_notify = on_notify
+        self._on_reconnect = on_reconnect
+        self.backend_pid: int | None = None
+        self.connections_made = 0
+        self.listening = asyncio.Event()
+
+    async def run(self) -> None:
+        """Listen until cancelled."""
+        delay = 0.1
+        while True:
+            try:
+                conn = await self._connect()
+            except Exception as exc:
+                logger.warning("listen connection failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            try:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                self.backend_pid = conn.info.backend_pid
+                self.connections_made += 1
+                if self.connections_made > 1:
+                    logger.info("listen connection re-established")
+                    # Anything enqueued while we were away sent its notification to nobody.
+                    self._on_reconnect()
+                self.listening.set()
+                delay = 0.1
+                async for notification in conn.notifies():
+                    self._on_notify(notification.payload)
+            except psycopg.OperationalError as exc:
+                self.listening.clear()
+                logger.warning("listen connection lost (%s); reconnecting", str(exc).strip())
+            finally:
+                self.listening.clear()
+                await conn.close()

@@ -1,0 +1,109 @@
+"""Named SQL statements loaded from ``db/sql/*.sql``, rendered once per schema.
+
+Each statement sits under a ``-- name: verb_noun`` header. :class:`Queries` declares every name it
+expects; importing this module fails if a file misses one or defines one twice, so a typo is found
+before any worker starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import ClassVar
+
+from psycopg import sql
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$")
+
+
+def parse_statements(text: str, source: str) -> dict[str, str]:
+    """Split one .sql file into {name: statement}; comment lines are dropped."""
+    statements: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        match = _NAME_LINE.match(line.strip())
+        if match:
+            name = match.group(1)
+            if name in statements:
+                raise RuntimeError(f"duplicate statement name {name!r} in {source}")
+            current = statements[name] = []
+        elif current is not None and not line.lstrip().startswith("--"):
+            current.append(line)
+    result = {}
+    for name, lines in statements.items():
+        body = "\n".join(lines).strip().rstrip(";").strip()
+        if not body:
+            raise RuntimeError(f"statement {name!r} in {source} is empty")
+        result[name] = body
+    return result
+
+
+def load_statements() -> dict[str, str]:
+    """Every named statement of every packaged .sql file."""
+    found: dict[str, str] = {}
+    folder = resources.files("cronbase.db") / "sql"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, body in parse_statements(entry.read_text("utf-8"), entry.name).items():
+            if name in found:
+                raise RuntimeError(f"statement {name!r} is defined in more than one .sql file")
+            found[name] = body
+    return found
+
+
+def render(template: str, schema: str) -> bytes:
+    """Put the quoted schema name into a statement; values are never formatted in."""
+    # psycopg's Composable.as_bytes accepts no connection since 3.2; identifiers quote the same.
+    return sql.SQL(template).format(schema=sql.Identifier(schema)).as_bytes(None)
+
+
+class Queries:
+    """The statements of one schema, as bytes ready for ``cursor.execute``."""
+
+    insert_job: bytes
+    insert_job_unique: bytes
+    upsert_job_replace: bytes
+    insert_jobs: bytes
+    claim_jobs: bytes
+    claim_jobs_in_queues: bytes
+    finish_jobs: bytes
+    heartbeat_jobs: bytes
+    release_jobs: bytes
+    reap_expired_jobs: bytes
+    get_job: bytes
+    list_jobs: bytes
+    list_job_attempts: bytes
+    retry_job: bytes
+    cancel_job: bytes
+    count_jobs_by_status: bytes
+    register_worker: bytes
+    unregister_worker: bytes
+
+    templates: ClassVar[dict[str, str]]
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        for name, template in self.templates.items():
+            setattr(self, name, render(template, schema))
+
+    @staticmethod
+    @functools.cache
+    def for_schema(schema: str) -> Queries:
+        return Queries(schema)
+
+
+def _check_names() -> dict[str, str]:
+    declared = {name for name, kind in Queries.__annotations__.items() if kind == "bytes"}
+    loaded = load_statements()
+    missing = declared - loaded.keys()
+    extra = loaded.keys() - declared
+    if missing or extra:
+        raise RuntimeError(
+            f"sql/*.sql and Queries disagree: missing {sorted(missing)}, undeclared {sorted(extra)}"
+        )
+    return loaded
+
+
+Queries.templates = _check_names()

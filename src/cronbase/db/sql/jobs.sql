@@ -1,0 +1,275 @@
+-- Named statements on cronbase.jobs and its history. Loaded by db/queries.py; {schema} is the
+-- quoted schema name, %(name)s are psycopg parameters, SQL braces are doubled.
+
+-- name: insert_job
+-- Insert one job with no uniqueness keys: the common, fastest path.
+INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
+VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
+        COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s, %(lease)s)
+RETURNING id, true AS created;
+
+-- name: insert_job_unique
+-- Insert one job with an idempotency and/or dedupe key; on conflict return the existing job.
+-- The second branch runs only when the insert did nothing. It can miss a row committed after this
+-- statement's snapshot was taken (the conflicting insert we waited on); the caller then runs the
+-- statement again, which takes a fresh snapshot.
+WITH ins AS (
+    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
+                               idempotency_key, dedupe_key)
+    VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
+            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+            %(lease)s, %(idempotency_key)s, %(dedupe_key)s)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT id, true AS created FROM ins
+UNION ALL
+SELECT id, false AS created FROM {schema}.jobs
+WHERE NOT EXISTS (SELECT FROM ins)
+  AND (idempotency_key = %(idempotency_key)s
+       OR (dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running')))
+LIMIT 1;
+
+-- name: upsert_job_replace
+-- Debounce: a waiting job with the same dedupe key gets the new payload, priority and run_at.
+-- A running one is left alone and its id returned (it already started with the old payload).
+WITH up AS (
+    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
+                               dedupe_key)
+    VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
+            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+            %(lease)s, %(dedupe_key)s)
+    ON CONFLICT (dedupe_key)
+        WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'failed', 'running')
+    DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+                  run_at = EXCLUDED.run_at, updated_at = now()
+        WHERE {schema}.jobs.status IN ('queued', 'failed')
+    RETURNING id, (xmax = 0) AS created
+)
+SELECT id, created FROM up
+UNION ALL
+SELECT id, false AS created FROM {schema}.jobs
+WHERE NOT EXISTS (SELECT FROM up)
+  AND dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running')
+LIMIT 1;
+
+-- name: insert_jobs
+-- Bulk insert in one statement; ids come back in input order (rows are inserted, and returned,
+-- in the ORDER BY's order). The statement trigger sends one NOTIFY per queue, not per row.
+INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
+SELECT %(task)s, %(queue)s, p.payload, %(priority)s,
+       COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s, %(lease)s
+FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS p(payload, ord)
+ORDER BY p.ord
+RETURNING id;
+
+-- name: claim_jobs
+-- Lease up to %(limit)s due jobs from any queue, in one round trip.
+-- The MATERIALIZED CTE is a planner fence: without it PostgreSQL may fold the sub-select into the
+-- UPDATE's join and evaluate LIMIT and SKIP LOCKED in an order that locks, and claims, more rows
+-- than asked (Oban's basic engine says the same). Paused queues are skipped.
+WITH due AS MATERIALIZED (
+    SELECT id FROM {schema}.jobs
+    WHERE status IN ('queued', 'failed') AND run_at <= now()
+      AND queue <> ALL (%(paused)s::text[])
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
+    locked_until = now() + j.lease, lease_token = gen_random_uuid(),
+    started_at = now(), updated_at = now()
+FROM due
+WHERE j.id = due.id
+RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.lease_token, j.lease, j.run_at;
+
+-- name: claim_jobs_in_queues
+-- As claim_jobs, restricted to the worker's queues (uses jobs_queue_due_idx).
+WITH due AS MATERIALIZED (
+    SELECT id FROM {schema}.jobs
+    WHERE status IN ('queued', 'failed') AND run_at <= now()
+      AND queue = ANY (%(queues)s::text[]) AND queue <> ALL (%(paused)s::text[])
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
+    locked_until = now() + j.lease, lease_token = gen_random_uuid(),
+    started_at = now(), updated_at = now()
+FROM due
+WHERE j.id = due.id
+RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.lease_token, j.lease, j.run_at;
+
+-- name: finish_jobs
+-- Record the outcomes of many attempts in one statement, and one history row per attempt.
+-- Fenced by the lease token: an attempt that lost its lease (reaped, cancelled, retried by an
+-- operator) matches nothing, so it can never overwrite what a newer attempt wrote.
+-- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up.
+WITH outcome AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(outcomes)s::text[],
+                         %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
+                         %(tracebacks)s::text[])
+        AS o(id, token, outcome, retry_in, error, error_type, traceback)
+), finished AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE
+            WHEN o.outcome = 'succeeded' THEN 'succeeded'
+            WHEN o.outcome = 'dead' OR j.attempts >= j.max_attempts THEN 'dead'
+            ELSE 'failed' END,
+        run_at = CASE
+            WHEN o.outcome = 'failed' AND j.attempts < j.max_attempts
+            THEN now() + make_interval(secs => o.retry_in)
+            ELSE j.run_at END,
+        finished_at = CASE
+            WHEN o.outcome = 'failed' AND j.attempts < j.max_attempts THEN NULL
+            ELSE now() END,
+        progress = CASE WHEN o.outcome = 'succeeded' THEN 100 ELSE j.progress END,
+        last_error = CASE WHEN o.outcome = 'succeeded' THEN j.last_error ELSE o.error END,
+        error_type = CASE WHEN o.outcome = 'succeeded' THEN j.error_type ELSE o.error_type END,
+        locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
+    FROM outcome o
+    WHERE j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
+    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at,
+              o.error, o.error_type, o.traceback
+), history AS (
+    INSERT INTO {schema}.job_attempts
+        (job_id, attempt, worker, started_at, outcome, error, error_type, traceback)
+    SELECT id, attempts, %(worker)s, started_at, status, error, error_type, traceback
+    FROM finished
+)
+SELECT id, status, run_at FROM finished;
+
+-- name: heartbeat_jobs
+-- Extend the leases of the attempts a worker still holds, store their progress, and mark the
+-- worker seen. Rows missing from the result have lost their lease.
+WITH beat AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(progress)s::real[],
+                         %(stages)s::text[])
+        AS b(id, token, progress, stage)
+), renewed AS (
+    UPDATE {schema}.jobs j
+    SET locked_until = now() + j.lease,
+        progress = COALESCE(b.progress, j.progress),
+        stage = COALESCE(b.stage, j.stage),
+        updated_at = now()
+    FROM beat b
+    WHERE j.id = b.id AND j.lease_token = b.token AND j.status = 'running'
+    RETURNING j.id
+), seen AS (
+    UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker)s
+)
+SELECT id FROM renewed;
+
+-- name: release_jobs
+-- Hand back attempts a stopping worker did not finish: queued again, now, attempt not counted.
+WITH released AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', attempts = j.attempts - 1, run_at = now(),
+        locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
+    WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
+    RETURNING j.id, j.queue, j.attempts, j.started_at
+), history AS (
+    INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, outcome, error)
+    SELECT id, attempts + 1, %(worker)s, started_at, 'released', 'worker shut down before it finished'
+    FROM released
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) q
+)
+SELECT r.id FROM released r, (SELECT count(*) FROM notified) n;
+
+-- name: reap_expired_jobs
+-- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead when their
+-- attempts are used up. SKIP LOCKED lets every worker run this without queueing behind another.
+WITH expired AS MATERIALIZED (
+    SELECT id, locked_by, locked_until FROM {schema}.jobs
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'failed' END,
+        run_at = now(),
+        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        last_error = format('lease expired at %%s: worker %%s stopped renewing it',
+                            e.locked_until, e.locked_by),
+        error_type = 'LeaseExpired',
+        locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
+    FROM expired e
+    WHERE j.id = e.id
+    RETURNING j.id, j.queue, j.status, j.attempts, j.started_at, j.last_error, e.locked_by
+), history AS (
+    INSERT INTO {schema}.job_attempts
+        (job_id, attempt, worker, started_at, outcome, error, error_type)
+    SELECT id, attempts, locked_by, started_at, 'lost', last_error, 'LeaseExpired' FROM reaped
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'failed') q
+)
+SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
+
+-- name: get_job
+-- One job by id.
+SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: list_jobs
+-- Newest first, optionally filtered; for operators, not the hot path.
+SELECT * FROM {schema}.jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: list_job_attempts
+-- Every recorded attempt of one job, oldest first.
+SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY id;
+
+-- name: retry_job
+-- Run a job again now: any state but running. max_attempts grows so the retry is not
+-- immediately dead. Notifies so an idle worker picks it up at once.
+WITH retried AS (
+    UPDATE {schema}.jobs
+    SET status = 'queued', run_at = now(), max_attempts = GREATEST(max_attempts, attempts + 1),
+        finished_at = NULL, locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND status <> 'running'
+    RETURNING *
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM retried
+)
+SELECT r.* FROM retried r, (SELECT count(*) FROM notified) n;
+
+-- name: cancel_job
+-- Cancel a waiting or running job. A running attempt's later completion is fenced out; its
+-- worker notices at the next heartbeat.
+WITH target AS (
+    SELECT id, status, attempts, locked_by, started_at FROM {schema}.jobs
+    WHERE id = %(id)s
+    FOR UPDATE
+), cancelled AS (
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL,
+        lease_token = NULL, updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status IN ('queued', 'failed', 'running')
+    RETURNING j.*
+), history AS (
+    INSERT INTO {schema}.job_attempts
+        (job_id, attempt, worker, started_at, outcome, error, error_type)
+    SELECT t.id, t.attempts, t.locked_by, t.started_at, 'cancelled', 'cancelled while running',
+           'Cancelled'
+    FROM target t JOIN cancelled c ON c.id = t.id
+    WHERE t.status = 'running'
+)
+SELECT * FROM cancelled;
+
+-- name: count_jobs_by_status
+-- Counts per queue and status, for the CLI and the demo.
+SELECT queue, status, count(*) AS count FROM {schema}.jobs GROUP BY queue, status
+ORDER BY queue, status;

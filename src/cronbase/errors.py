@@ -1,0 +1,45 @@
+"""One hierarchy of errors, rooted at :class:`CronbaseError`; every message names the bad value."""
+
+from __future__ import annotations
+
+
+class CronbaseError(Exception):
+    """Base of every error cronbase raises on purpose."""
+
+
+class ConfigurationError(CronbaseError):
+    """A setting is missing or wrong (database URL, schema name, app path)."""
+
+
+class DatabaseURLError(ConfigurationError):
+    """The database URL cannot be parsed or reached."""
+
+
+class UnknownTaskError(CronbaseError):
+    """A task name that is not registered with the app."""
+
+    def __init__(self, name: str, registered: list[str]) -> None:
+        self.name = name
+        self.registered = registered
+        known = ", ".join(sorted(registered)) or "none"
+        super().__init__(f"unknown task {name!r}; registered: {known}")
+
+
+class PayloadError(CronbaseError):
+    """A payload that is not JSON, or does not fit the task's arguments."""
+
+
+class JobNotFoundError(CronbaseError):
+    """No job with that id."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id}")
+
+
+class JobStateError(CronbaseError):
+    """The job is in a state that does not allow the action."""
+
+
+class MigrationError(CronbaseError):
+    """The database schema is missing, newer than this code, or a migration failed."""

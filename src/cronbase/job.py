@@ -1,0 +1,139 @@
+"""Job and JobStatus: what a row of cronbase.jobs means, and which state changes are allowed."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias
+
+JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
+Payload: TypeAlias = dict[str, JSONValue]
+
+
+class JobStatus(enum.StrEnum):
+    """A job's state; the values are the ones stored in the database."""
+
+    QUEUED = "queued"  # waiting for run_at
+    RUNNING = "running"  # leased by a worker
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # an attempt failed; will retry at run_at
+    DEAD = "dead"  # gave up: attempts used up, or the handler said so
+    CANCELLED = "cancelled"
+
+    @property
+    def is_waiting(self) -> bool:
+        return self in (JobStatus.QUEUED, JobStatus.FAILED)
+
+    @property
+    def is_final(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+# Every allowed change of state, and what causes it. The SQL in db/sql/jobs.sql implements these;
+# tests check each edge against the database.
+TRANSITIONS: Mapping[tuple[JobStatus, JobStatus], str] = {
+    (JobStatus.QUEUED, JobStatus.RUNNING): "claimed",
+    (JobStatus.FAILED, JobStatus.RUNNING): "claimed for a retry",
+    (JobStatus.RUNNING, JobStatus.SUCCEEDED): "handler returned",
+    (JobStatus.RUNNING, JobStatus.FAILED): "handler raised or lease expired; attempts left",
+    (JobStatus.RUNNING, JobStatus.DEAD): "handler raised, attempts used up (or Abort)",
+    (JobStatus.RUNNING, JobStatus.QUEUED): "released by a worker shutting down",
+    (JobStatus.RUNNING, JobStatus.CANCELLED): "cancelled by an operator",
+    (JobStatus.QUEUED, JobStatus.CANCELLED): "cancelled by an operator",
+    (JobStatus.FAILED, JobStatus.CANCELLED): "cancelled by an operator",
+    (JobStatus.FAILED, JobStatus.QUEUED): "retried by an operator",
+    (JobStatus.DEAD, JobStatus.QUEUED): "retried by an operator",
+    (JobStatus.CANCELLED, JobStatus.QUEUED): "retried by an operator",
+    (JobStatus.SUCCEEDED, JobStatus.QUEUED): "retried by an operator",
+    (JobStatus.QUEUED, JobStatus.QUEUED): "retried by an operator (run now)",
+}
+
+
+def can_transition(old: JobStatus, new: JobStatus) -> bool:
+    """Whether a job may move from ``old`` to ``new``."""
+    return (old, new) in TRANSITIONS
+
+
+def outcome_status(
+    *, succeeded: bool, give_up: bool, attempts: int, max_attempts: int
+) -> JobStatus:
+    """The state an attempt leaves its job in (the same rule finish_jobs applies in SQL)."""
+    if succeeded:
+        return JobStatus.SUCCEEDED
+    if give_up or attempts >= max_attempts:
+        return JobStatus.DEAD
+    return JobStatus.FAILED
+
+
+@dataclass(frozen=True)
+class Job:
+    """A snapshot of one row of cronbase.jobs."""
+
+    id: int
+    task: str
+    queue: str
+    payload: Payload
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    lease: timedelta
+    locked_by: str | None
+    locked_until: datetime | None
+    idempotency_key: str | None
+    dedupe_key: str | None
+    progress: float | None
+    stage: str | None
+    last_error: str | None
+    error_type: str | None
+    started_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["status"] = JobStatus(values["status"])
+        return cls(**values)
+
+    def to_json(self) -> dict[str, JSONValue]:
+        """A JSON-ready dict (datetimes as ISO 8601, the lease in seconds)."""
+        out: dict[str, JSONValue] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, timedelta):
+                value = value.total_seconds()
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class JobAttempt:
+    """One finished (or lost) attempt from the history table."""
+
+    job_id: int
+    attempt: int
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str
+    error: str | None
+    error_type: str | None
+    traceback: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobAttempt:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+    def to_json(self) -> dict[str, JSONValue]:
+        out: dict[str, JSONValue] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        return out

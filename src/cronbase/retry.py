@@ -1,0 +1,54 @@
+"""Retry policies: pure functions of the attempt number to the delay before the next attempt."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with a cap and proportional jitter.
+
+    The n-th retry waits ``min(cap, base * factor**(n-1))``, then moves by up to ``jitter`` of
+    that either way, so a burst of failures does not come back in lockstep.
+
+    >>> Backoff(base=timedelta(seconds=10), jitter=0).delay(3)
+    datetime.timedelta(seconds=40)
+    """
+
+    base: timedelta = timedelta(seconds=5)
+    cap: timedelta = timedelta(hours=1)
+    factor: float = 2.0
+    jitter: float = 0.2
+    _random: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.base <= timedelta(0):
+            raise ValueError(f"Backoff base must be positive, got {self.base!r}")
+        if self.cap < self.base:
+            raise ValueError(f"Backoff cap {self.cap!r} is below its base {self.base!r}")
+        if self.factor < 1:
+            raise ValueError(f"Backoff factor must be at least 1, got {self.factor!r}")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"Backoff jitter must be within 0..1, got {self.jitter!r}")
+
+    def bounds(self, attempt: int) -> tuple[timedelta, timedelta]:
+        """The least and greatest delay after failed attempt number ``attempt`` (1-based)."""
+        if attempt < 1:
+            raise ValueError(f"attempt numbers start at 1, got {attempt}")
+        cap = self.cap.total_seconds()
+        # Exponent clamped so huge attempt counts cannot overflow a float.
+        raw = min(cap, self.base.total_seconds() * self.factor ** min(attempt - 1, 1000))
+        return (
+            timedelta(seconds=raw * (1 - self.jitter)),
+            timedelta(seconds=min(cap, raw * (1 + self.jitter))),
+        )
+
+    def delay(self, attempt: int) -> timedelta:
+        """The delay before retrying after failed attempt number ``attempt`` (1-based)."""
+        low, high = self.bounds(attempt)
+        if low == high:
+            return low
+        return timedelta(seconds=self._random.uniform(low.total_seconds(), high.total_seconds()))

@@ -1,0 +1,153 @@
+"""Task: a registered handler, its defaults, and ``defer`` / ``configure`` (thin over the client)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
+
+from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
+from .errors import PayloadError
+from .job import Payload
+from .retry import Backoff
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    queue: str = "default"
+    priority: int = 100
+    max_attempts: int = 20
+    lease: timedelta = timedelta(minutes=1)
+    retry: Backoff = field(default_factory=Backoff)
+    timeout: timedelta | None = None
+
+
+class Task(Generic[P, R]):
+    """A handler registered with ``@app.task``; call it directly, or ``defer`` it to a worker."""
+
+    def __init__(self, app: App, func: Callable[P, R], name: str, defaults: TaskDefaults) -> None:
+        self.app = app
+        self.func = func
+        self.name = name
+        self.defaults = defaults
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = inspect.signature(func)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.defaults.queue}>"
+
+    def check_payload(self, payload: Payload) -> None:
+        """Refuse a payload whose keys do not fit the handler's arguments."""
+        try:
+            self.signature.bind(**payload)
+        except TypeError as exc:
+            takes = ", ".join(self.signature.parameters) or "no arguments"
+            raise PayloadError(
+                f"payload does not fit task {self.name!r} ({takes}): {exc}"
+            ) from None
+
+    def options(self) -> JobOptions:
+        d = self.defaults
+        return JobOptions(
+            queue=d.queue, priority=d.priority, max_attempts=d.max_attempts, lease=d.lease
+        )
+
+    def configure(
+        self,
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        lease: timedelta | None = None,
+        idempotency_key: str | None = None,
+        dedupe_key: str | None = None,
+        on_duplicate: Literal["ignore", "replace"] = "ignore",
+        connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+    ) -> Deferral:
+        """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``."""
+        changes: dict[str, Any] = {
+            "run_at": run_at,
+            "delay": delay,
+            "priority": priority,
+            "queue": queue,
+            "max_attempts": max_attempts,
+            "lease": lease,
+            "idempotency_key": idempotency_key,
+            "dedupe_key": dedupe_key,
+        }
+        opts = replace(
+            self.options(),
+            **{k: v for k, v in changes.items() if v is not None},
+            on_duplicate=on_duplicate,
+        )
+        opts.check()
+        return Deferral(self, opts, connection)
+
+    def defer(self, **payload: Any) -> int:
+        """Enqueue a job now; returns its id. ``send_invoice.defer(invoice_id=812)``."""
+        return Deferral(self, self.options(), None).defer(**payload)
+
+    async def defer_async(self, **payload: Any) -> int:
+        """Async twin of :meth:`defer`."""
+        return await Deferral(self, self.options(), None).defer_async(**payload)
+
+    def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
+        """Enqueue many jobs in one round trip; ids in input order."""
+        return Deferral(self, self.options(), None).defer_many(payloads)
+
+    async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
+        """Async twin of :meth:`defer_many`."""
+        return await Deferral(self, self.options(), None).defer_many_async(payloads)
+
+
+class Deferral:
+    """A task with options for one or more defers (what ``Task.configure`` returns)."""
+
+    def __init__(
+        self,
+        task: Task[Any, Any],
+        options: JobOptions,
+        connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None,
+    ) -> None:
+        self.task = task
+        self.options = options
+        self.connection = connection
+
+    def defer(self, **payload: Any) -> int:
+        self.task.check_payload(payload)
+        return defer_one_sync(self.task.app, self.task.name, self.options, payload, self.connection)
+
+    async def defer_async(self, **payload: Any) -> int:
+        self.task.check_payload(payload)
+        return await defer_one_async(
+            self.task.app, self.task.name, self.options, payload, self.connection
+        )
+
+    def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
+        for payload in payloads:
+            self.task.check_payload(payload)
+        return defer_many_sync(
+            self.task.app, self.task.name, self.options, payloads, self.connection
+        )
+
+    async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
+        for payload in payloads:
+            self.task.check_payload(payload)
+        return await defer_many_async(
+            self.task.app, self.task.name, self.options, payloads, self.connection
+        )

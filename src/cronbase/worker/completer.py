@@ -1,0 +1,124 @@
+"""Batched, fenced completion: outcomes of many attempts written in one statement.
+
+A flush starts as soon as an outcome arrives and nothing is in flight; outcomes that arrive while
+a flush is in flight wait for the next one. Batches so form by themselves under load, and a lone
+job is not delayed by a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .executor import Outcome
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..db.queries import Queries
+
+logger = logging.getLogger("cronbase")
+
+MAX_BATCH = 500
+
+
+def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
+    return {
+        "ids": [o.job.id for o in outcomes],
+        "tokens": [o.job.lease_token for o in outcomes],
+        "outcomes": [o.outcome for o in outcomes],
+        "retry_in": [o.retry_in for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "error_types": [o.error_type for o in outcomes],
+        "tracebacks": [o.traceback for o in outcomes],
+        "worker": worker_id,
+    }
+
+
+class Completer:
+    """Collects outcomes and writes them; ``drain()`` waits until everything is written."""
+
+    def __init__(self, pool: AsyncConnectionPool, queries: Queries, worker_id: str) -> None:
+        self._pool = pool
+        self._queries = queries
+        self._worker_id = worker_id
+        self._pending: list[Outcome] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.written = 0
+        self.fenced_out = 0
+
+    def add(self, outcome: Outcome) -> None:
+        self._pending.append(outcome)
+        self._idle.clear()
+        self._wake.set()
+
+    @property
+    def pending_jobs(self) -> list[Outcome]:
+        return list(self._pending)
+
+    async def drain(self) -> None:
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """Flush until cancelled; a failed flush is retried (the fence keeps retries safe)."""
+        delay = 0.05
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = self._pending[:MAX_BATCH]
+                try:
+                    await self._flush(batch)
+                except psycopg.OperationalError as exc:
+                    logger.warning("recording %d outcomes failed (%s); retrying", len(batch), exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                delay = 0.05
+                del self._pending[: len(batch)]
+            self._idle.set()
+
+    async def _flush(self, batch: list[Outcome]) -> None:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                self._queries.finish_jobs, finish_params(batch, self._worker_id)
+            )
+            rows = await cur.fetchall()
+        written = {row[0]: row[1] for row in rows}
+        self.written += len(written)
+        for o in batch:
+            status = written.get(o.job.id)
+            if status is None:
+                self.fenced_out += 1
+                logger.warning(
+                    "job %d attempt %d (%s): outcome %s ignored: the lease was lost "
+                    "(expired, cancelled or retried by an operator)",
+                    o.job.id,
+                    o.job.attempt,
+                    o.job.task,
+                    o.outcome,
+                )
+            elif status == "succeeded":
+                logger.info(
+                    "job %d succeeded: task=%s attempt=%d duration=%.3fs",
+                    o.job.id,
+                    o.job.task,
+                    o.job.attempt,
+                    o.duration,
+                )
+            else:
+                logger.warning(
+                    "job %d %s: task=%s attempt=%d/%d duration=%.3fs error=%s",
+                    o.job.id,
+                    "failed, will retry" if status == "failed" else "is dead",
+                    o.job.task,
+                    o.job.attempt,
+                    o.job.max_attempts,
+                    o.duration,
+                    o.error,
+                )

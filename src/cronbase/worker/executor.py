@@ -1,0 +1,136 @@
+"""Runs one claimed job: sets its context, applies the timeout, turns what happened into an Outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..context import JobContext, set_current
+from ..errors import PayloadError, UnknownTaskError
+from ..job import Payload
+
+if TYPE_CHECKING:
+    from ..app import App
+
+TRACEBACK_LIMIT = 8000  # characters kept, from the end: the innermost frames say the most
+ERROR_LIMIT = 2000
+
+
+@dataclass
+class ClaimedJob:
+    """One leased attempt, as claim_jobs returned it."""
+
+    id: int
+    task: str
+    queue: str
+    payload: Payload
+    priority: int
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    lease: timedelta
+    context: JobContext = field(init=False)
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
+        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _run_at) = row
+        return cls(job_id, task, queue, payload, priority, attempt, max_attempts, token, lease)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt came to; fed to finish_jobs in batches."""
+
+    job: ClaimedJob
+    outcome: str  # 'succeeded' | 'failed' | 'dead'
+    retry_in: float = 0.0
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
+    duration: float = 0.0
+
+
+def _trim(text: str, limit: int, *, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    return "…" + text[-limit:] if keep_end else text[:limit] + "…"
+
+
+def failure(
+    job: ClaimedJob, exc: BaseException, *, retry_in: float, give_up: bool, duration: float
+) -> Outcome:
+    error_type = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    tb = "".join(traceback.format_exception(exc))
+    return Outcome(
+        job=job,
+        outcome="dead" if give_up else "failed",
+        retry_in=retry_in,
+        error=_trim(message, ERROR_LIMIT),
+        error_type=error_type,
+        traceback=_trim(tb, TRACEBACK_LIMIT, keep_end=True),
+        duration=duration,
+    )
+
+
+async def execute(
+    app: App,
+    job: ClaimedJob,
+    threads: ThreadPoolExecutor,
+    on_progress: Callable[[], None],
+) -> Outcome:
+    """Run ``job``'s handler and say how it went; never raises but for cancellation."""
+    started = time.monotonic()
+    try:
+        task = app.get_task(job.task)
+    except UnknownTaskError as exc:
+        # Possibly a deploy in progress: another worker may know the task, so retry later.
+        return failure(job, exc, retry_in=60.0, give_up=False, duration=0.0)
+    retry_in = task.defaults.retry.delay(job.attempt).total_seconds()
+    try:
+        task.check_payload(job.payload)
+    except PayloadError as exc:
+        # Retrying cannot make the payload fit the handler.
+        return failure(job, exc, retry_in=retry_in, give_up=True, duration=0.0)
+
+    job.context = JobContext(
+        id=job.id,
+        task=job.task,
+        queue=job.queue,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        payload=job.payload,
+        _on_progress=on_progress,
+    )
+    set_current(job.context)
+    timeout = task.defaults.timeout.total_seconds() if task.defaults.timeout else None
+    try:
+        async with asyncio.timeout(timeout):
+            if task.is_async:
+                await task.func(**job.payload)
+            else:
+                call = functools.partial(task.func, **job.payload)
+                ctx = contextvars.copy_context()
+                # A sync handler past its timeout keeps its thread until it returns: Python
+                # cannot stop a thread. Its outcome is recorded as a timeout all the same.
+                await asyncio.get_running_loop().run_in_executor(threads, ctx.run, call)
+    except TimeoutError:
+        if timeout is not None and time.monotonic() - started >= timeout:
+            exc = TimeoutError(f"handler ran past its timeout of {task.defaults.timeout}")
+        return failure(
+            job, exc, retry_in=retry_in, give_up=False, duration=time.monotonic() - started
+        )
+    except Exception as exc:
+        return failure(
+            job, exc, retry_in=retry_in, give_up=False, duration=time.monotonic() - started
+        )
+    return Outcome(job=job, outcome="succeeded", duration=time.monotonic() - started)

@@ -1,0 +1,99 @@
+"""Lease renewal: one fenced statement renews every lease a worker holds and stores progress.
+
+A lease is renewed every third of the shortest lease held, so two renewals can be lost before it
+expires. Progress reports make a renewal come sooner (at most every PROGRESS_INTERVAL), so a
+dashboard sees them within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from .executor import ClaimedJob
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..db.queries import Queries
+
+logger = logging.getLogger("cronbase")
+
+PROGRESS_INTERVAL = 0.5  # seconds between progress writes, at most
+IDLE_INTERVAL = timedelta(seconds=10)  # how often an idle worker says it is alive
+
+
+class Heartbeater:
+    """Renews leases of ``held()`` jobs; calls ``on_lost(job)`` for each lease found lost."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        queries: Queries,
+        worker_id: str,
+        held: Callable[[], list[ClaimedJob]],
+        on_lost: Callable[[ClaimedJob], None],
+    ) -> None:
+        self._pool = pool
+        self._queries = queries
+        self._worker_id = worker_id
+        self._held = held
+        self._on_lost = on_lost
+        self._progress = asyncio.Event()
+        self.beats = 0
+
+    def progress_changed(self) -> None:
+        """Call from the event loop's thread when a job reports progress."""
+        self._progress.set()
+
+    def interval(self, jobs: list[ClaimedJob]) -> float:
+        shortest = min((j.lease for j in jobs), default=IDLE_INTERVAL * 3)
+        return max(shortest.total_seconds() / 3, 0.05)
+
+    async def run(self) -> None:
+        while True:
+            wait = self.interval(self._held())
+            try:
+                async with asyncio.timeout(wait):
+                    await self._progress.wait()
+                # Progress arrived: gather a little more before writing.
+                await asyncio.sleep(PROGRESS_INTERVAL)
+            except TimeoutError:
+                pass
+            self._progress.clear()
+            try:
+                await self.beat()
+            except psycopg.OperationalError as exc:
+                logger.warning("lease renewal failed (%s); retrying", str(exc).strip())
+
+    async def beat(self) -> None:
+        jobs = self._held()
+        ids, tokens, progress, stages = [], [], [], []
+        for job in jobs:
+            ids.append(job.id)
+            tokens.append(job.lease_token)
+            context = getattr(job, "context", None)
+            percent, stage = context.progress if context is not None else (None, None)
+            progress.append(percent)
+            stages.append(stage)
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                self._queries.heartbeat_jobs,
+                {
+                    "ids": ids,
+                    "tokens": tokens,
+                    "progress": progress,
+                    "stages": stages,
+                    "worker": self._worker_id,
+                },
+            )
+            renewed = {row[0] for row in await cur.fetchall()}
+        self.beats += 1
+        for job in jobs:
+            if job.id not in renewed:
+                self._on_lost(job)

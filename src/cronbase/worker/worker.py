@@ -1,0 +1,324 @@
+"""THE core loop of cronbase: wait -> claim -> dispatch -> complete. Read this first.
+
+In order, :meth:`Worker.run`:
+
+1. opens a small async pool, checks the schema version, registers the worker, and starts three
+   helpers: the Notifier (LISTEN, wakes the loop when jobs are enqueued), the Heartbeater
+   (renews the leases of running jobs, ``heartbeat.py``) and the Completer (writes outcomes in
+   batches, ``completer.py``);
+2. loops: every ``reap_interval`` make jobs with expired leases claimable again; claim as many due
+   jobs as there are free slots, in one statement (``claim_jobs`` in ``db/sql/jobs.sql``); start
+   each in its own asyncio task (``executor.py``: sync handlers go to a bounded thread pool); then
+   sleep until a notification, a finished job, or the poll interval;
+3. on SIGTERM/SIGINT (or :meth:`Worker.stop`) stops claiming, lets running jobs finish within the
+   grace period, hands back what is still running (queued again, attempt not counted), writes
+   pending outcomes, unregisters and closes. A second signal exits the process at once.
+
+In burst mode the loop ends when nothing is due and nothing runs: "cron wakes a worker".
+Database time (``now()``) decides due-ness and leases; this process's clock only paces waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ..db import migrate, pool
+from ..db.notifier import Notifier
+from ..errors import ConfigurationError
+from .completer import Completer
+from .executor import ClaimedJob, Outcome, execute
+from .heartbeat import Heartbeater
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..app import App
+
+logger = logging.getLogger("cronbase")
+
+REAP_BATCH = 1000
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    """Runs jobs of an :class:`~cronbase.App` until stopped. ``app.run_worker()`` is the short way.
+
+    Options: ``queues`` (None = all), ``concurrency`` (jobs at once), ``burst`` (drain what is
+    due, then return), ``poll_interval`` (fallback when no notification comes), ``reap_interval``
+    (how often expired leases are looked for), ``shutdown_grace`` (how long running jobs may take
+    to finish after a stop request), ``install_signal_handlers``.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 10,
+        burst: bool = False,
+        poll_interval: timedelta = timedelta(seconds=1),
+        reap_interval: timedelta = timedelta(seconds=5),
+        shutdown_grace: timedelta = timedelta(seconds=25),
+        install_signal_handlers: bool = True,
+        worker_id: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        if queues is not None and not queues:
+            raise ConfigurationError("queues must name at least one queue (or be None for all)")
+        self.app = app
+        self.queues = sorted(set(queues)) if queues else None
+        self.concurrency = concurrency
+        self.burst = burst
+        self.poll_interval = poll_interval.total_seconds()
+        self.reap_interval = reap_interval.total_seconds()
+        self.shutdown_grace = shutdown_grace.total_seconds()
+        self.install_signal_handlers = install_signal_handlers
+        self.id = worker_id or new_worker_id()
+        self.claimed = 0
+        self.notifier: Notifier | None = None
+        # Set when the loop should look for work again (notification, free slot, stop).
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._signals = 0
+        self._running: dict[int, tuple[ClaimedJob, asyncio.Task[Outcome]]] = {}
+        self._lost: set[int] = set()
+        self._pool: AsyncConnectionPool | None = None
+        self._completer: Completer | None = None
+        self._heartbeater: Heartbeater | None = None
+        self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="cronbase-job")
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        self.started = asyncio.Event()
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: no new claims; running jobs get the grace period."""
+        self._stopping = True
+        self._wake.set()
+
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            logger.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        logger.info(
+            "%s: finishing %d running jobs (grace %.0fs), then exiting",
+            signal.Signals(signum).name,
+            len(self._running),
+            self.shutdown_grace,
+        )
+        self.stop()
+
+    def _on_notify(self, queue: str) -> None:
+        if self.queues is None or queue in self.queues:
+            self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until stopped (or, in burst mode, until nothing is due); see the module docstring."""
+        loop = self._event_loop = asyncio.get_running_loop()
+        url = await asyncio.to_thread(lambda: self.app.database_url)
+        await asyncio.to_thread(self._check_schema, url)
+        self._pool = await pool.open_async_pool(
+            url, min_size=2, max_size=4, name=f"cronbase-worker {self.id}"
+        )
+        installed = []
+        helpers: list[asyncio.Task[None]] = []
+        try:
+            if self.install_signal_handlers:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    installed.append(sig)
+            q = self.app.queries
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    q.register_worker,
+                    {
+                        "id": self.id,
+                        "hostname": socket.gethostname(),
+                        "pid": os.getpid(),
+                        "queues": self.queues,
+                        "concurrency": self.concurrency,
+                    },
+                )
+            self._completer = Completer(self._pool, q, self.id)
+            self._heartbeater = Heartbeater(self._pool, q, self.id, self._held, self._on_lease_lost)
+            self.notifier = Notifier(
+                lambda: pool.connect_async(url, application_name=f"cronbase-listener {self.id}"),
+                self.app.channel,
+                self._on_notify,
+                self._wake.set,
+            )
+            helpers = [
+                asyncio.create_task(self._completer.run(), name="cronbase-completer"),
+                asyncio.create_task(self._heartbeater.run(), name="cronbase-heartbeat"),
+            ]
+            if not self.burst:
+                helpers.append(asyncio.create_task(self.notifier.run(), name="cronbase-listen"))
+            logger.info(
+                "worker %s started: queues=%s concurrency=%d%s",
+                self.id,
+                ",".join(self.queues or ["*"]),
+                self.concurrency,
+                " burst" if self.burst else "",
+            )
+            self.started.set()
+            await self._loop()
+            await self._shutdown()
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(self.app.queries.unregister_worker, {"id": self.id})
+            except Exception as exc:  # the database may be what failed; do not hide the cause
+                logger.warning("could not unregister worker %s: %s", self.id, exc)
+            await self._pool.close()
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            logger.info("worker %s stopped: %d jobs claimed", self.id, self.claimed)
+
+    def _check_schema(self, url: str) -> None:
+        with pool.connect(url) as conn:
+            migrate.require_current(conn, self.app.schema)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_reap = 0.0
+        while not self._stopping:
+            if loop.time() >= next_reap:
+                await self._reap()
+                next_reap = loop.time() + self.reap_interval
+            self._wake.clear()
+            free = self.concurrency - len(self._running)
+            claimed = await self._claim(free) if free > 0 else []
+            if self.burst and not claimed and not self._running:
+                return
+            if claimed and len(claimed) == free:
+                # Slots all taken: wait for one to free (the wake comes from _finished).
+                await self._wake.wait()
+                continue
+            try:
+                async with asyncio.timeout(self.poll_interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _claim(self, limit: int) -> list[ClaimedJob]:
+        assert self._pool is not None
+        q = self.app.queries
+        params = {"limit": limit, "worker": self.id, "paused": [], "queues": self.queues}
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                q.claim_jobs_in_queues if self.queues else q.claim_jobs, params
+            )
+            rows = await cur.fetchall()
+        jobs = [ClaimedJob.from_row(row) for row in rows]
+        jobs.sort(key=lambda j: (j.priority, j.id))
+        for job in jobs:
+            logger.debug("job %d claimed: task=%s attempt=%d", job.id, job.task, job.attempt)
+            task = asyncio.create_task(self._run_job(job), name=f"cronbase-job-{job.id}")
+            self._running[job.id] = (job, task)
+        self.claimed += len(jobs)
+        return jobs
+
+    async def _run_job(self, job: ClaimedJob) -> Outcome:
+        assert self._completer is not None
+        assert self._heartbeater is not None
+        try:
+            outcome = await execute(self.app, job, self._threads, self._progress_from_any_thread)
+        except asyncio.CancelledError:
+            # Cancelled because the lease was lost or the grace period ran out: the job is no
+            # longer ours to complete, so nothing is written here.
+            self._running.pop(job.id, None)
+            self._wake.set()
+            raise
+        if job.id in self._lost:
+            self._lost.discard(job.id)
+        else:
+            self._completer.add(outcome)
+        self._running.pop(job.id, None)
+        self._wake.set()
+        return outcome
+
+    def _progress_from_any_thread(self) -> None:
+        # Handlers report progress from their own thread (sync) or from the loop (async).
+        if self._heartbeater is not None and self._event_loop is not None:
+            self._event_loop.call_soon_threadsafe(self._heartbeater.progress_changed)
+
+    def _held(self) -> list[ClaimedJob]:
+        assert self._completer is not None
+        return [job for job, _ in self._running.values()] + [
+            o.job for o in self._completer.pending_jobs
+        ]
+
+    def _on_lease_lost(self, job: ClaimedJob) -> None:
+        entry = self._running.get(job.id)
+        if entry is None or entry[0].lease_token != job.lease_token:
+            return  # finished (and written) between the snapshot and the renewal
+        logger.warning(
+            "job %d attempt %d (%s): lease lost (expired, cancelled or retried by an operator); "
+            "its outcome will not be recorded",
+            job.id,
+            job.attempt,
+            job.task,
+        )
+        self._lost.add(job.id)
+        # An async handler can be stopped; a sync one runs on in its thread, fenced out.
+        if self.app.tasks.get(job.task) is not None and self.app.tasks[job.task].is_async:
+            entry[1].cancel()
+
+    async def _reap(self) -> None:
+        assert self._pool is not None
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                self.app.queries.reap_expired_jobs,
+                {"limit": REAP_BATCH, "channel": self.app.channel},
+            )
+            for job_id, status in await cur.fetchall():
+                logger.warning("job %d: lease expired (worker gone?); now %s", job_id, status)
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        assert self._pool is not None
+        assert self._completer is not None
+        tasks = [task for _, task in self._running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.shutdown_grace)
+        leftover = [(job, task) for job, task in self._running.values() if not task.done()]
+        if leftover:
+            logger.warning(
+                "grace period over: handing back %d running jobs (attempt not counted)",
+                len(leftover),
+            )
+            for _, task in leftover:
+                task.cancel()
+            jobs = [job for job, _ in leftover]
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    self.app.queries.release_jobs,
+                    {
+                        "ids": [j.id for j in jobs],
+                        "tokens": [j.lease_token for j in jobs],
+                        "worker": self.id,
+                        "channel": self.app.channel,
+                    },
+                )
+            await asyncio.gather(*(task for _, task in leftover), return_exceptions=True)
+        await self._completer.drain()

