@@ -103,7 +103,6 @@ class App:
     def task(
         self,
         func: Callable[..., Any] | None = None,
-        /,
         *,
         name: str | None = None,
         queue: str = "default",

@@ -123,11 +123,12 @@ async def execute(
                 # A sync handler past its timeout keeps its thread until it returns: Python
                 # cannot stop a thread. Its outcome is recorded as a timeout all the same.
                 await asyncio.get_running_loop().run_in_executor(threads, ctx.run, call)
-    except TimeoutError:
+    except TimeoutError as exc:
+        error: BaseException = exc
         if timeout is not None and time.monotonic() - started >= timeout:
-            exc = TimeoutError(f"handler ran past its timeout of {task.defaults.timeout}")
+            error = TimeoutError(f"handler ran past its timeout of {task.defaults.timeout}")
         return failure(
-            job, exc, retry_in=retry_in, give_up=False, duration=time.monotonic() - started
+            job, error, retry_in=retry_in, give_up=False, duration=time.monotonic() - started
         )
     except Exception as exc:
         return failure(
