@@ -40,7 +40,7 @@ class Notifier:
         self.listening = asyncio.Event()
 
     async def run(self) -> None:
-        """Listen until cancelled."""
+        """Listen until cancelled; any failure leads to a new connection after a pause."""
         delay = 0.1
         while True:
             try:
@@ -62,9 +62,15 @@ class Notifier:
                 delay = 0.1
                 async for notification in conn.notifies():
                     self._on_notify(notification.payload)
-            except psycopg.OperationalError as exc:
-                self.listening.clear()
+            except Exception as exc:
+                # Not only OperationalError: whatever ends the listen, the notifier must live on,
+                # or the worker silently falls back to polling for good.
                 logger.warning("listen connection lost (%s); reconnecting", str(exc).strip())
             finally:
                 self.listening.clear()
+                self.backend_pid = None
                 await conn.close()
+            # A connection that keeps dying at once (server restarting) is not retried in a
+            # tight loop.
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

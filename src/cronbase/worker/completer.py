@@ -79,6 +79,13 @@ class Completer:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
                     continue
+                except Exception:
+                    # Retrying cannot help, and a dead completer would record nothing more and
+                    # hang shutdown. These jobs' leases run out and the reaper retries them.
+                    logger.exception(
+                        "recording outcomes of jobs %s failed; dropped, their leases will expire",
+                        ", ".join(str(o.job.id) for o in batch),
+                    )
                 delay = 0.05
                 del self._pending[: len(batch)]
             self._idle.set()

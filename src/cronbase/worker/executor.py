@@ -60,6 +60,8 @@ class Outcome:
 
 
 def _trim(text: str, limit: int, *, keep_end: bool = False) -> str:
+    # PostgreSQL text cannot hold NUL: one in an exception message would fail the whole batch.
+    text = text.replace("\x00", "\\x00")
     if len(text) <= limit:
         return text
     return "…" + text[-limit:] if keep_end else text[:limit] + "…"

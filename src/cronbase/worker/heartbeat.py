@@ -1,8 +1,9 @@
 """Lease renewal: one fenced statement renews every lease a worker holds and stores progress.
 
 A lease is renewed every third of the shortest lease held, so two renewals can be lost before it
-expires. Progress reports make a renewal come sooner (at most every PROGRESS_INTERVAL), so a
-dashboard sees them within a second.
+expires; the worker says when it claims jobs, so a short lease is renewed in time even when the
+worker was idle. Progress reports make a renewal come sooner (at most every PROGRESS_INTERVAL),
+so a dashboard sees them within a second.
 """
 
 from __future__ import annotations
@@ -44,32 +45,50 @@ class Heartbeater:
         self._worker_id = worker_id
         self._held = held
         self._on_lost = on_lost
-        self._progress = asyncio.Event()
+        # Set when jobs were claimed or progress reported: the next beat may be due sooner.
+        self._changed = asyncio.Event()
+        self._has_progress = False
         self.beats = 0
 
     def progress_changed(self) -> None:
         """Call from the event loop's thread when a job reports progress."""
-        self._progress.set()
+        self._has_progress = True
+        self._changed.set()
+
+    def jobs_changed(self) -> None:
+        """Call from the event loop's thread when jobs were claimed."""
+        self._changed.set()
 
     def interval(self, jobs: list[ClaimedJob]) -> float:
         shortest = min((j.lease for j in jobs), default=IDLE_INTERVAL * 3)
         return max(shortest.total_seconds() / 3, 0.05)
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_beat = loop.time()
         while True:
-            wait = self.interval(self._held())
-            try:
-                async with asyncio.timeout(wait):
-                    await self._progress.wait()
-                # Progress arrived: gather a little more before writing.
-                await asyncio.sleep(PROGRESS_INTERVAL)
-            except TimeoutError:
-                pass
-            self._progress.clear()
+            self._changed.clear()
+            due = last_beat + self.interval(self._held())
+            if self._has_progress:
+                # Soon, but at most every PROGRESS_INTERVAL however often handlers report.
+                due = min(due, last_beat + PROGRESS_INTERVAL)
+            if loop.time() < due:
+                try:
+                    async with asyncio.timeout_at(due):
+                        await self._changed.wait()
+                    continue  # claims or progress: work out again when the beat is due
+                except TimeoutError:
+                    pass
+            self._has_progress = False
             try:
                 await self.beat()
             except psycopg.OperationalError as exc:
                 logger.warning("lease renewal failed (%s); retrying", str(exc).strip())
+            except Exception:
+                # Never let renewal stop for good: every lease held would expire and its job
+                # run a second time elsewhere while this worker still runs it.
+                logger.exception("lease renewal failed; retrying")
+            last_beat = loop.time()
 
     async def beat(self) -> None:
         jobs = self._held()
@@ -80,7 +99,8 @@ class Heartbeater:
             context = getattr(job, "context", None)
             percent, stage = context.progress if context is not None else (None, None)
             progress.append(percent)
-            stages.append(stage)
+            # PostgreSQL text cannot hold NUL; one such stage would fail every renewal.
+            stages.append(stage.replace("\x00", "") if stage is not None else None)
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 self._queries.heartbeat_jobs,
@@ -92,8 +112,8 @@ class Heartbeater:
                     "worker": self._worker_id,
                 },
             )
-            renewed = {row[0] for row in await cur.fetchall()}
+            renewed = {token for _, token in await cur.fetchall()}
         self.beats += 1
         for job in jobs:
-            if job.id not in renewed:
+            if job.lease_token not in renewed:
                 self._on_lost(job)

@@ -9,7 +9,8 @@ In order, :meth:`Worker.run`:
 2. loops: every ``reap_interval`` make jobs with expired leases claimable again; claim as many due
    jobs as there are free slots, in one statement (``claim_jobs`` in ``db/sql/jobs.sql``); start
    each in its own asyncio task (``executor.py``: sync handlers go to a bounded thread pool); then
-   sleep until a notification, a finished job, or the poll interval;
+   sleep until a notification, a finished job, the poll interval or the next reap. A lost
+   database connection pauses the loop; it does not end it;
 3. on SIGTERM/SIGINT (or :meth:`Worker.stop`) stops claiming, lets running jobs finish within the
    grace period, hands back what is still running (queued again, attempt not counted), writes
    pending outcomes, unregisters and closes. A second signal exits the process at once.
@@ -21,14 +22,18 @@ Database time (``now()``) decides due-ness and leases; this process's clock only
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import signal
 import socket
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING
+
+import psycopg
 
 from ..db import migrate, pool
 from ..db.notifier import Notifier
@@ -92,8 +97,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._signals = 0
-        self._running: dict[int, tuple[ClaimedJob, asyncio.Task[Outcome]]] = {}
-        self._lost: set[int] = set()
+        # Keyed by lease token, not job id: an attempt whose lease was lost may still be running
+        # in its thread when this worker claims the same job again.
+        self._running: dict[uuid.UUID, tuple[ClaimedJob, asyncio.Task[Outcome]]] = {}
+        self._lost: set[uuid.UUID] = set()
         self._pool: AsyncConnectionPool | None = None
         self._completer: Completer | None = None
         self._heartbeater: Heartbeater | None = None
@@ -199,28 +206,52 @@ class Worker:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_reap = 0.0
+        next_reap = loop.time()
+        pause = 0.1
         while not self._stopping:
-            if loop.time() >= next_reap:
-                await self._reap()
-                next_reap = loop.time() + self.reap_interval
-            self._wake.clear()
-            free = self.concurrency - len(self._running)
-            claimed = await self._claim(free) if free > 0 else []
+            try:
+                if loop.time() >= next_reap:
+                    await self._reap()
+                    next_reap = loop.time() + self.reap_interval
+                claimed = await self._claim_free_slots()
+            except psycopg.OperationalError as exc:
+                # The database went away (restart, failover, network). Running jobs carry on;
+                # the heartbeater and the completer retry their own writes. A burst worker,
+                # started by cron, says so and exits rather than wait for the database.
+                if self.burst:
+                    raise
+                logger.warning(
+                    "claiming jobs failed (%s); retrying in %.1fs", str(exc).strip(), pause
+                )
+                self._wake.clear()  # or a pending wake-up would end the pause at once
+                await self._sleep(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            pause = 0.1
             if self.burst and not claimed and not self._running:
                 return
-            if claimed and len(claimed) == free:
-                # Slots all taken: wait for one to free (the wake comes from _finished).
+            # Until a notification, a finished job or a stop request wakes us, or it is time to
+            # poll (the fallback for a lost notification) or to reap. With every slot busy a
+            # wake-up claims nothing; the one after a job finishes does.
+            await self._sleep(min(self.poll_interval, next_reap - loop.time()))
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(seconds, 0.0)):
                 await self._wake.wait()
-                continue
-            try:
-                async with asyncio.timeout(self.poll_interval):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+
+    async def _claim_free_slots(self) -> list[ClaimedJob]:
+        # Cleared before claiming: a notification or a finished job from now on leads to
+        # another claim, one from before is answered by this one.
+        self._wake.clear()
+        free = self.concurrency - len(self._running)
+        if free <= 0 or self._stopping:  # stopping: a signal came during the reap
+            return []
+        return await self._claim(free)
 
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         assert self._pool is not None
+        assert self._heartbeater is not None
         q = self.app.queries
         params = {"limit": limit, "worker": self.id, "paused": [], "queues": self.queues}
         async with self._pool.connection() as conn:
@@ -233,28 +264,27 @@ class Worker:
         for job in jobs:
             logger.debug("job %d claimed: task=%s attempt=%d", job.id, job.task, job.attempt)
             task = asyncio.create_task(self._run_job(job), name=f"cronbase-job-{job.id}")
-            self._running[job.id] = (job, task)
+            self._running[job.lease_token] = (job, task)
+        if jobs:
+            # A lease shorter than any held so far must be renewed sooner than planned.
+            self._heartbeater.jobs_changed()
         self.claimed += len(jobs)
         return jobs
 
     async def _run_job(self, job: ClaimedJob) -> Outcome:
         assert self._completer is not None
-        assert self._heartbeater is not None
         try:
             outcome = await execute(self.app, job, self._threads, self._progress_from_any_thread)
-        except asyncio.CancelledError:
-            # Cancelled because the lease was lost or the grace period ran out: the job is no
-            # longer ours to complete, so nothing is written here.
-            self._running.pop(job.id, None)
+            # An attempt whose lease was lost is no longer ours to complete (the completion
+            # would be fenced out anyway; this saves the round trip and the warning).
+            if job.lease_token not in self._lost:
+                self._completer.add(outcome)
+            return outcome
+        finally:
+            # Also on cancellation (lease lost, grace period over): nothing is written then.
+            self._running.pop(job.lease_token, None)
+            self._lost.discard(job.lease_token)
             self._wake.set()
-            raise
-        if job.id in self._lost:
-            self._lost.discard(job.id)
-        else:
-            self._completer.add(outcome)
-        self._running.pop(job.id, None)
-        self._wake.set()
-        return outcome
 
     def _progress_from_any_thread(self) -> None:
         # Handlers report progress from their own thread (sync) or from the loop (async).
@@ -263,14 +293,17 @@ class Worker:
 
     def _held(self) -> list[ClaimedJob]:
         assert self._completer is not None
-        return [job for job, _ in self._running.values()] + [
-            o.job for o in self._completer.pending_jobs
-        ]
+        running = [job for job, _ in self._running.values() if job.lease_token not in self._lost]
+        # Outcomes not yet written keep their leases renewed, or a slow write could let the
+        # reaper hand a finished job to another worker.
+        return running + [o.job for o in self._completer.pending_jobs]
 
     def _on_lease_lost(self, job: ClaimedJob) -> None:
-        entry = self._running.get(job.id)
-        if entry is None or entry[0].lease_token != job.lease_token:
-            return  # finished (and written) between the snapshot and the renewal
+        entry = self._running.get(job.lease_token)
+        if entry is None or job.lease_token in self._lost:
+            # Known already, or finished between the heartbeat's snapshot and its renewal: the
+            # outcome is then with the completer, whose write is fenced by the same token.
+            return
         logger.warning(
             "job %d attempt %d (%s): lease lost (expired, cancelled or retried by an operator); "
             "its outcome will not be recorded",
@@ -278,9 +311,11 @@ class Worker:
             job.attempt,
             job.task,
         )
-        self._lost.add(job.id)
-        # An async handler can be stopped; a sync one runs on in its thread, fenced out.
-        if self.app.tasks.get(job.task) is not None and self.app.tasks[job.task].is_async:
+        self._lost.add(job.lease_token)
+        # An async handler can be stopped; a sync one runs on in its thread, fenced out, and
+        # keeps its slot until it returns.
+        task = self.app.tasks.get(job.task)
+        if task is not None and task.is_async:
             entry[1].cancel()
 
     async def _reap(self) -> None:

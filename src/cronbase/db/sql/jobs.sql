@@ -145,7 +145,7 @@ SELECT id, status, run_at FROM finished;
 
 -- name: heartbeat_jobs
 -- Extend the leases of the attempts a worker still holds, store their progress, and mark the
--- worker seen. Rows missing from the result have lost their lease.
+-- worker seen. Attempts (tokens) missing from the result have lost their lease.
 WITH beat AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(progress)s::real[],
                          %(stages)s::text[])
@@ -158,11 +158,11 @@ WITH beat AS (
         updated_at = now()
     FROM beat b
     WHERE j.id = b.id AND j.lease_token = b.token AND j.status = 'running'
-    RETURNING j.id
+    RETURNING j.id, j.lease_token
 ), seen AS (
     UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker)s
 )
-SELECT id FROM renewed;
+SELECT id, lease_token FROM renewed;
 
 -- name: release_jobs
 -- Hand back attempts a stopping worker did not finish: queued again, now, attempt not counted.

@@ -1,0 +1,205 @@
+"""Running workers in tests: as real processes (signals, crashes) or as asyncio tasks here.
+
+Process tests share ``test_events`` / ``test_flags`` / ``test_executions`` with the handlers of
+``worker_app.py``; in-process tests wait with :func:`eventually` and :func:`wait_event`, which
+give the event loop (and so the worker) its turn while they wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import psycopg
+import pytest
+
+import cronbase
+from tests.conftest import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+TEST_TABLES = """
+CREATE TABLE IF NOT EXISTS test_events (
+    id serial PRIMARY KEY, job_id bigint NOT NULL, attempt integer NOT NULL,
+    event text NOT NULL, pid integer NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS test_flags (name text PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS test_executions (
+    id serial PRIMARY KEY, job_id bigint NOT NULL, n integer NOT NULL, pid integer NOT NULL);
+TRUNCATE test_events, test_flags, test_executions;
+"""
+
+
+def reset_test_tables(db: psycopg.Connection[Any]) -> None:
+    db.execute(TEST_TABLES)
+
+
+def set_flag(db: psycopg.Connection[Any], name: str) -> None:
+    db.execute("INSERT INTO test_flags (name) VALUES (%s)", (name,))
+
+
+def events(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, str, int]]:
+    """(attempt, event, pid) of one job, in the order they happened."""
+    rows = db.execute(
+        "SELECT attempt, event, pid FROM test_events WHERE job_id = %s ORDER BY id", (job_id,)
+    ).fetchall()
+    return [(a, e, p) for a, e, p in rows]
+
+
+def job_row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
+    with db.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        row = cur.execute("SELECT * FROM cronbase.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None, f"job {job_id} not found"
+    return row
+
+
+def history(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, str, str | None]]:
+    """(attempt, outcome, worker) of one job's attempts, oldest first."""
+    rows = db.execute(
+        "SELECT attempt, outcome, worker FROM cronbase.job_attempts WHERE job_id = %s ORDER BY id",
+        (job_id,),
+    ).fetchall()
+    return [(a, o, w) for a, o, w in rows]
+
+
+def is_registered(db: psycopg.Connection[Any], worker_id: str) -> bool:
+    return (
+        db.execute("SELECT FROM cronbase.workers WHERE id = %s", (worker_id,)).fetchone()
+        is not None
+    )
+
+
+# -- worker processes ----------------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """One ``python -m tests.e2e.worker_app`` process; its log goes to a file."""
+
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.name = name
+        self.popen = popen
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def send(self, sig: signal.Signals) -> None:
+        self.popen.send_signal(sig)
+
+    def wait_for_log(self, text: str, *, timeout: float = 30.0) -> None:
+        wait_for(lambda: text in self.log(), timeout=timeout, what=f"{text!r} in {self.name}'s log")
+
+    def wait_exit(self, *, timeout: float = 30.0) -> int:
+        """The exit code, once the process is gone; fails the test if it is still there."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"worker {self.name} still running after {timeout}s\n{self.log()}")
+
+
+class WorkerProcesses:
+    """Starts worker processes; kills (SIGKILL) those still running when the block ends."""
+
+    def __init__(self, database_url: str, folder: Path) -> None:
+        self.database_url = database_url
+        self.folder = folder
+        self.started: list[WorkerProcess] = []
+        self._logs: list[IO[bytes]] = []
+
+    def start(self, name: str, *options: str) -> WorkerProcess:
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO))
+        log_path = self.folder / f"worker-{name}.log"
+        log = log_path.open("wb")
+        self._logs.append(log)
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "tests.e2e.worker_app", "--worker-id", name, *options],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        process = WorkerProcess(name, popen, log_path)
+        self.started.append(process)
+        return process
+
+    def __enter__(self) -> WorkerProcesses:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for process in self.started:
+            if process.popen.poll() is None:
+                process.popen.kill()
+                process.popen.wait(30)
+        for log in self._logs:
+            log.close()
+        # Shown by pytest when the test failed.
+        for process in self.started:
+            print(f"---- worker {process.name} (exit {process.popen.returncode}) ----")
+            print(process.log())
+
+
+# -- in-process workers --------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_worker(app: cronbase.App, **options: Any) -> AsyncIterator[cronbase.Worker]:
+    """A worker running as a task on this loop, stopped (and the app's async pool closed) after."""
+    options.setdefault("install_signal_handlers", False)
+    options.setdefault("shutdown_grace", timedelta(seconds=2))
+    worker = app.worker(**options)
+    run = asyncio.create_task(worker.run(), name="test-worker")
+    started = asyncio.create_task(worker.started.wait())
+    try:
+        await asyncio.wait({run, started}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if run.done():
+            run.result()  # raises what stopped it
+        assert worker.started.is_set(), "the worker did not start within 30s"
+        yield worker
+    finally:
+        started.cancel()
+        worker.stop()
+        try:
+            async with asyncio.timeout(30):
+                await run
+        finally:
+            await app.aclose()
+
+
+async def eventually(predicate: Callable[[], Any], *, within: float = 30.0, what: str = "") -> Any:
+    """As conftest's ``wait_for``, but yields to the event loop between tries."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {within}s waiting for {what or predicate}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_event(event: asyncio.Event, *, within: float = 30.0, what: str = "") -> None:
+    try:
+        async with asyncio.timeout(within):
+            await event.wait()
+    except TimeoutError:
+        pytest.fail(f"timed out after {within}s waiting for {what or event}")

@@ -1,0 +1,109 @@
+"""SIGTERM/SIGINT on a worker process: finish within the grace period, hand back the rest."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import cronbase
+from tests.conftest import wait_for
+from tests.e2e.harness import (
+    WorkerProcesses,
+    events,
+    history,
+    is_registered,
+    job_row,
+    reset_test_tables,
+    set_flag,
+)
+from tests.e2e.worker_app import make_app
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def workers(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> Iterator[WorkerProcesses]:
+    reset_test_tables(db)
+    with WorkerProcesses(database_url, tmp_path) as processes:
+        yield processes
+
+
+@pytest.fixture
+def tasks(database_url: str, db: psycopg.Connection[Any]) -> Iterator[cronbase.App]:
+    """The worker processes' app, on the test database, for deferring its tasks."""
+    app = make_app(database_url)
+    yield app
+    app.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_job_finishing_within_the_grace_period_succeeds_and_the_rest_stay_queued(
+    workers: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any], sig: signal.Signals
+) -> None:
+    worker = workers.start("A", "--concurrency", "1", "--shutdown-grace", "60")
+    running = tasks.defer("blocking", {"flag": "finish"})
+    wait_for(lambda: events(db, running), timeout=30, what="the first job to start")
+    waiting = [tasks.defer("blocking", {"flag": "finish"}) for _ in range(2)]
+
+    worker.send(sig)
+    worker.wait_for_log(f"{sig.name}: finishing 1 running jobs")
+    set_flag(db, "finish")
+
+    assert worker.wait_exit() == 0
+    assert job_row(db, running)["status"] == "succeeded"
+    assert history(db, running) == [(1, "succeeded", "A")]
+    for job_id in waiting:
+        job = job_row(db, job_id)
+        assert (job["status"], job["attempts"]) == ("queued", 0)
+        assert history(db, job_id) == []
+    assert not is_registered(db, "A")
+
+
+def test_jobs_still_running_when_the_grace_period_ends_are_handed_back(
+    workers: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    worker = workers.start("A", "--concurrency", "2", "--shutdown-grace", "1")
+    # A sync handler cannot be interrupted: the process must leave without its thread.
+    stuck_sync = tasks.defer("blocking", {"flag": "later"})
+    stuck_async = tasks.defer("blocking_async", {"flag": "later"})
+    for job_id in (stuck_sync, stuck_async):
+        wait_for(partial(events, db, job_id), timeout=30, what=f"job {job_id} to start")
+
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+    assert "grace period over: handing back 2 running jobs" in worker.log()
+    for job_id in (stuck_sync, stuck_async):
+        job = job_row(db, job_id)
+        assert (job["status"], job["attempts"], job["locked_by"]) == ("queued", 0, None)
+        assert history(db, job_id) == [(1, "released", "A")]
+
+    # Handed back, not lost: the next worker runs them as their first counted attempt.
+    set_flag(db, "later")
+    assert workers.start("B", "--burst").wait_exit() == 0
+    for job_id in (stuck_sync, stuck_async):
+        job = job_row(db, job_id)
+        assert (job["status"], job["attempts"]) == ("succeeded", 1)
+        assert history(db, job_id) == [(1, "released", "A"), (1, "succeeded", "B")]
+
+
+def test_a_second_signal_exits_at_once(
+    workers: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    worker = workers.start("A", "--shutdown-grace", "600")
+    job_id = tasks.defer("blocking", {"flag": "never"})
+    wait_for(lambda: events(db, job_id), timeout=30, what="the job to start")
+
+    worker.send(signal.SIGTERM)
+    worker.wait_for_log("SIGTERM: finishing 1 running jobs")
+    worker.send(signal.SIGINT)
+    # Well inside the 600s grace period: the second signal did not wait for the job.
+    assert worker.wait_exit(timeout=30) == 128 + signal.SIGINT
+    assert "second SIGINT: exiting now" in worker.log()

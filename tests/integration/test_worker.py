@@ -1,0 +1,304 @@
+"""The worker in this process: burst, queues, concurrency, priority, threads, timeouts, progress."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+import cronbase
+from tests.e2e.harness import eventually, running_worker, wait_event
+
+NO_RETRY_SOON = cronbase.Backoff(base=timedelta(hours=1), jitter=0)
+
+
+def row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
+    with db.cursor(row_factory=dict_row) as cur:
+        found = cur.execute("SELECT * FROM cronbase.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert found is not None
+    return found
+
+
+def statuses(db: psycopg.Connection[Any]) -> dict[str, int]:
+    rows = db.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY status").fetchall()
+    return {status: count for status, count in rows}
+
+
+def run_burst(app: cronbase.App, **options: Any) -> None:
+    app.run_worker(burst=True, install_signal_handlers=False, **options)
+
+
+# -- burst and queues ------------------------------------------------------------------------------
+
+
+def test_burst_returns_at_once_when_nothing_is_due(app: cronbase.App) -> None:
+    @app.task
+    def later() -> None:
+        raise AssertionError("not due yet")
+
+    job_id = later.configure(delay=timedelta(hours=1)).defer()
+    run_burst(app)
+    job = app.jobs.get(job_id)
+    assert (job.status, job.attempts) == (cronbase.JobStatus.QUEUED, 0)
+
+
+def test_burst_runs_everything_due_then_returns(app: cronbase.App) -> None:
+    ran: list[int] = []
+
+    @app.task
+    def record(n: int) -> None:
+        ran.append(n)
+
+    record.defer_many([{"n": n} for n in range(25)])
+    run_burst(app, concurrency=4)
+    assert sorted(ran) == list(range(25))
+    assert [job.status for job in app.jobs.list()] == [cronbase.JobStatus.SUCCEEDED] * 25
+
+
+def test_a_worker_on_queue_a_never_claims_queue_b(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    def record(queue: str) -> None:
+        ran.append(queue)
+
+    a_jobs = [record.configure(queue="a").defer(queue="a") for _ in range(3)]
+    b_jobs = [record.configure(queue="b").defer(queue="b") for _ in range(3)]
+    run_burst(app, queues=["a"])
+    assert ran == ["a"] * 3
+    assert {row(db, j)["status"] for j in a_jobs} == {"succeeded"}
+    assert {(row(db, j)["status"], row(db, j)["attempts"]) for j in b_jobs} == {("queued", 0)}
+
+
+def test_priority_lower_runs_first(app: cronbase.App) -> None:
+    order: list[int] = []
+
+    @app.task
+    def record(priority: int) -> None:
+        order.append(priority)
+
+    priorities = [50, 10, 100, 0, -5, 10]
+    for p in priorities:
+        record.configure(priority=p).defer(priority=p)
+    run_burst(app, concurrency=1)
+    assert order == sorted(priorities)
+
+
+# -- concurrency and threads -----------------------------------------------------------------------
+
+
+class Gauge:
+    """How many handlers run now, and the most that ever ran at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_never_more_handlers_at_once_than_the_concurrency(
+    app: cronbase.App, db: psycopg.Connection[Any], kind: str
+) -> None:
+    limit = 3
+    gauge = Gauge()
+    open_async, open_sync = asyncio.Event(), threading.Event()
+
+    if kind == "async":
+
+        @app.task(name="held")
+        async def held_async(n: int) -> None:
+            gauge.enter()
+            await open_async.wait()
+            gauge.leave()
+
+    else:
+
+        @app.task(name="held")
+        def held_sync(n: int) -> None:
+            gauge.enter()
+            open_sync.wait()
+            gauge.leave()
+
+    await app.get_task("held").defer_many_async([{"n": n} for n in range(limit + 5)])
+    try:
+        async with running_worker(app, concurrency=limit, poll_interval=timedelta(seconds=0.05)):
+            await eventually(lambda: gauge.now == limit, what=f"{limit} handlers to run")
+            # The worker claimed no more than it can run; the rest wait in the database.
+            assert statuses(db) == {"running": limit, "queued": 5}
+            open_async.set()
+            open_sync.set()
+            await eventually(lambda: statuses(db) == {"succeeded": limit + 5}, what="all jobs")
+    finally:
+        open_sync.set()
+    assert gauge.peak == limit
+
+
+@pytest.mark.anyio
+async def test_a_blocking_sync_handler_does_not_stop_async_ones(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    blocked, unblock = threading.Event(), threading.Event()
+    async_ran = asyncio.Event()
+
+    @app.task
+    def blocker() -> None:
+        blocked.set()
+        unblock.wait()
+
+    @app.task
+    async def ticker() -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)  # gives the loop its turn: fine only if nothing blocks it
+        async_ran.set()
+
+    try:
+        async with running_worker(app, concurrency=2):
+            blocker_id = await blocker.defer_async()
+            await eventually(blocked.is_set, what="the sync handler to block")
+            await ticker.defer_async()
+            await wait_event(async_ran, what="the async handler, while the sync one blocks")
+            assert row(db, blocker_id)["status"] == "running"
+            unblock.set()
+            await eventually(lambda: statuses(db) == {"succeeded": 2}, what="both jobs")
+    finally:
+        unblock.set()
+
+
+# -- timeouts, errors, progress, leases ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_async_handler_past_its_timeout_fails_with_timeout_error(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    cancelled = asyncio.Event()
+
+    @app.task(timeout=timedelta(milliseconds=200), max_attempts=3, retry=NO_RETRY_SOON)
+    async def hangs() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job_id = await hangs.defer_async()
+    async with asyncio.timeout(30):
+        await app.worker(burst=True, install_signal_handlers=False).run()
+    await app.aclose()
+
+    assert cancelled.is_set()
+    job = row(db, job_id)
+    assert (job["status"], job["attempts"], job["error_type"]) == ("failed", 1, "TimeoutError")
+    assert "timeout of 0:00:00.200000" in job["last_error"]
+    attempt = app.jobs.attempts(job_id)
+    assert [(a.outcome, a.error_type) for a in attempt] == [("failed", "TimeoutError")]
+
+
+def test_an_error_message_with_a_nul_byte_is_recorded_and_the_worker_goes_on(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    @app.task(max_attempts=1)
+    def binary_error() -> None:
+        raise ValueError("bad byte \x00 in input")
+
+    @app.task
+    def fine() -> None: ...
+
+    broken, ok = binary_error.defer(), fine.defer()
+    run_burst(app, concurrency=1)  # returns only once every outcome is written
+    assert row(db, broken)["status"] == "dead"
+    assert row(db, broken)["last_error"] == "ValueError: bad byte \\x00 in input"
+    assert row(db, ok)["status"] == "succeeded"
+
+
+@pytest.mark.anyio
+async def test_progress_is_visible_in_the_jobs_row_while_the_job_runs(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    finish = asyncio.Event()
+
+    @app.task
+    async def long_report() -> None:
+        cronbase.current_job().set_progress(40, stage="x")
+        await finish.wait()
+
+    async with running_worker(app):
+        job_id = await long_report.defer_async()
+        await eventually(
+            lambda: (
+                (lambda j: (j["status"], j["progress"], j["stage"]))(row(db, job_id))
+                == ("running", 40.0, "x")
+            ),
+            what="progress 40 at stage x",
+        )
+        finish.set()
+        await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the job")
+    assert row(db, job_id)["progress"] == 100.0
+
+
+@pytest.mark.anyio
+async def test_a_job_outliving_a_short_lease_is_renewed_not_reaped(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    finish = asyncio.Event()
+
+    @app.task(lease=timedelta(milliseconds=600))
+    async def long_job() -> None:
+        await finish.wait()
+
+    leases: set[Any] = set()
+
+    def renewed_three_times(job_id: int) -> bool:
+        job = row(db, job_id)
+        assert (job["status"], job["attempts"]) == ("running", 1)
+        leases.add(job["locked_until"])
+        return len(leases) >= 4
+
+    # The worker reaps all the time: it must not reap its own live job.
+    async with running_worker(app, reap_interval=timedelta(milliseconds=50)):
+        job_id = await long_job.defer_async()
+        await eventually(lambda: row(db, job_id)["status"] == "running", what="the claim")
+        await eventually(lambda: renewed_three_times(job_id), what="three renewals")
+        finish.set()
+        await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the job")
+    assert [(a.attempt, a.outcome) for a in app.jobs.attempts(job_id)] == [(1, "succeeded")]
+
+
+@pytest.mark.anyio
+async def test_the_worker_survives_its_database_connections_being_killed(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    ran = asyncio.Event()
+
+    @app.task
+    async def after_outage() -> None:
+        ran.set()
+
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
+        # The next claim (and renewal, and completion) meets a dead connection.
+        killed = db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'cronbase-worker%'"
+        ).fetchall()
+        assert killed, "the worker's pool connections were not found"
+        await after_outage.defer_async()
+        await wait_event(ran, what="a job deferred after the outage")
+        await eventually(lambda: statuses(db) == {"succeeded": 1}, what="its outcome")
