@@ -1,0 +1,43 @@
+"""The public surface is a contract: changing it must be deliberate."""
+
+from __future__ import annotations
+
+import cronbase
+
+EXPECTED = [
+    "App",
+    "Backoff",
+    "ConfigurationError",
+    "CronbaseError",
+    "DatabaseURLError",
+    "Deferral",
+    "Job",
+    "JobAttempt",
+    "JobContext",
+    "JobNotFoundError",
+    "JobOptions",
+    "JobStateError",
+    "JobStatus",
+    "MigrationError",
+    "PayloadError",
+    "Task",
+    "UnknownTaskError",
+    "Worker",
+    "current_job",
+]
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    assert cronbase.__all__ == EXPECTED
+    assert sorted(cronbase.__all__) == cronbase.__all__
+
+
+def test_every_exported_name_exists() -> None:
+    missing = [name for name in cronbase.__all__ if not hasattr(cronbase, name)]
+    assert missing == []
+
+
+def test_errors_share_one_root() -> None:
+    errors = [getattr(cronbase, n) for n in cronbase.__all__ if n.endswith("Error")]
+    assert errors
+    assert all(issubclass(e, cronbase.CronbaseError) for e in errors)
