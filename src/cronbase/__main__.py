@@ -1,0 +1,8 @@
+"""``python -m cronbase``: the same as the ``cronbase`` command."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
