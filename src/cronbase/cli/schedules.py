@@ -1,0 +1,148 @@
+"""``cronbase schedules list|add|pause|resume|remove``: schedules kept in the database."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..job import Payload
+from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
+from .common import Settings, app_option, parse_payload, payload_text
+from .main import cli
+
+
+def local_time(schedule: Schedule, moment: datetime | None) -> str:
+    """A moment in the schedule's own zone, which is how its cron expression reads."""
+    shown = schedule.local(moment)
+    return shown.strftime("%Y-%m-%d %H:%M %Z") if shown else ""
+
+
+def schedules_table(found: list[Schedule]) -> Table:
+    table = Table()
+    for column in ("key", "task", "cron", "zone", "catch-up", "last run", "next run", "payload"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("last run", "next run"))
+    for s in found:
+        next_run = Text("paused", style="yellow") if s.is_paused else local_time(s, s.next_fire_at)
+        table.add_row(
+            Text(s.key),
+            Text(s.task),
+            Text(s.cron),
+            s.tz,
+            s.catch_up if s.catch_up != "all" else f"all (max {s.max_catch_up})",
+            local_time(s, s.last_fired_at),
+            next_run,
+            payload_text(s.payload),
+        )
+    return table
+
+
+def describe(schedule: Schedule) -> str:
+    state = (
+        "paused"
+        if schedule.is_paused
+        else f"next run {local_time(schedule, schedule.next_fire_at)}"
+    )
+    return f"schedule {schedule.key!r} ({schedule.task}, {schedule.cron!r} {schedule.tz}): {state}"
+
+
+@cli.group()
+def schedules() -> None:
+    """List, add, pause, resume and remove schedules."""
+
+
+@schedules.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_schedules(settings: Settings, as_json: bool) -> None:
+    """Every schedule, with its last and next run in its own time zone."""
+    found = settings.app().schedules.list()
+    if as_json:
+        click.echo(json.dumps([s.to_json() for s in found], indent=2))
+        return
+    console = Console(highlight=False, markup=False)
+    console.print(schedules_table(found) if found else "no schedules")
+
+
+@schedules.command("add")
+@app_option
+@click.argument("task")
+@click.option("--cron", "cron_expr", required=True, metavar="EXPR", help="e.g. '0 8 * * MON'.")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the expression.")
+@click.option("--key", help="The schedule's name (default: the task name).")
+@click.option(
+    "--payload",
+    metavar="JSON",
+    default="{}",
+    callback=parse_payload,
+    show_default=True,
+    help="The task's arguments as a JSON object.",
+)
+@click.option("--queue", help="Queue of its jobs (default: the task's).")
+@click.option(
+    "--catch-up",
+    type=click.Choice(CATCH_UP_POLICIES),
+    default="latest",
+    show_default=True,
+    help="After an outage: run the latest missed slot, all of them, or none.",
+)
+@click.option(
+    "--max-catch-up",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="With --catch-up all: at most this many missed slots.",
+)
+@click.pass_obj
+def add_schedule(
+    settings: Settings,
+    task: str,
+    cron_expr: str,
+    tz: str,
+    key: str | None,
+    payload: Payload,
+    queue: str | None,
+    catch_up: str,
+    max_catch_up: int,
+) -> None:
+    """Run TASK on a cron schedule (kept in the database until removed)."""
+    schedule = settings.app(needs_tasks=True).schedules.add(
+        task,
+        cron=cron_expr,
+        tz=tz,
+        key=key,
+        payload=payload,
+        queue=queue,
+        catch_up=catch_up,
+        max_catch_up=max_catch_up,
+    )
+    click.echo(describe(schedule))
+
+
+@schedules.command("pause")
+@click.argument("key")
+@click.pass_obj
+def pause_schedule(settings: Settings, key: str) -> None:
+    """Stop firing a schedule (slots while paused are skipped)."""
+    click.echo(describe(settings.app().schedules.pause(key)))
+
+
+@schedules.command("resume")
+@click.argument("key")
+@click.pass_obj
+def resume_schedule(settings: Settings, key: str) -> None:
+    """Fire a paused schedule again, from its next slot."""
+    click.echo(describe(settings.app().schedules.resume(key)))
+
+
+@schedules.command("remove")
+@click.argument("key")
+@click.pass_obj
+def remove_schedule(settings: Settings, key: str) -> None:
+    """Delete a schedule (a schedule declared in code comes back when its app next starts)."""
+    settings.app().schedules.remove(key)
+    click.echo(f"schedule {key!r} removed")
