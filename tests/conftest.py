@@ -55,10 +55,14 @@ def database_url(server_url: str) -> Iterator[str]:
 
 
 def truncate(url: str) -> None:
+    """Empty every table of the schema but the migrations record (new tables included)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            f"TRUNCATE {SCHEMA}.job_attempts, {SCHEMA}.jobs, {SCHEMA}.workers RESTART IDENTITY CASCADE"
-        )
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> 'migrations'",
+            [SCHEMA],
+        ).fetchall()
+        tables = ", ".join(f"{SCHEMA}.{name}" for (name,) in rows)
+        conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from .errors import (
 )
 from .job import Job, JobAttempt, JobStatus
 from .retry import Backoff
+from .schedule.cron import ScheduleError
+from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
 from .worker import Worker
 
@@ -34,6 +36,9 @@ __all__ = [
     "JobStatus",
     "MigrationError",
     "PayloadError",
+    "Schedule",
+    "ScheduleError",
+    "Scheduler",
     "Task",
     "UnknownTaskError",
     "Worker",

@@ -19,6 +19,7 @@ from .db.queries import Queries
 from .errors import ConfigurationError, UnknownTaskError
 from .job import Payload
 from .retry import Backoff
+from .schedule.scheduler import Schedules, ScheduleSpec
 from .task import Task, TaskDefaults
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class App:
         self.channel = channel_name(schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.jobs = Jobs(self)
+        self.schedules = Schedules(self)
+        # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
+        self.periodic_schedules: dict[str, ScheduleSpec] = {}
         self._explicit_url = database_url
         if database_url:
             pool.check_url(database_url)
@@ -137,6 +141,47 @@ class App:
             return task
 
         return register(func) if func is not None else register
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        key: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+        payload: Payload | None = None,
+        queue: str | None = None,
+    ) -> Callable[[Task[P, R]], Task[P, R]]:
+        """Run a task on a cron schedule; goes above ``@app.task``.
+
+        >>> @app.periodic(cron="0 2 * * *", tz="Europe/Berlin", key="nightly-cleanup")  # doctest: +SKIP
+        ... @app.task(queue="maintenance")
+        ... def cleanup(scheduled_at: datetime) -> None: ...
+        """
+
+        def declare(task: Task[P, R]) -> Task[P, R]:
+            if not isinstance(task, Task):
+                raise ConfigurationError(
+                    f"@app.periodic goes above @app.task (got {task!r}, not a registered task)"
+                )
+            spec = ScheduleSpec.build(
+                task,
+                cron=cron,
+                tz=tz,
+                key=key,
+                payload=payload,
+                queue=queue,
+                catch_up=catch_up,
+                max_catch_up=max_catch_up,
+                source="code",
+            )
+            if spec.key in self.periodic_schedules:
+                raise ConfigurationError(f"schedule key {spec.key!r} is declared twice; pass key=")
+            self.periodic_schedules[spec.key] = spec
+            return task
+
+        return declare
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

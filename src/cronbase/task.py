@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# The payload key a scheduled job's slot time travels under (see cronbase.schedule).
+SCHEDULED_AT = "scheduled_at"
+
 
 @dataclass(frozen=True)
 class TaskDefaults:
@@ -51,13 +54,37 @@ class Task(Generic[P, R]):
 
     def check_payload(self, payload: Payload) -> None:
         """Refuse a payload whose keys do not fit the handler's arguments."""
+        self.arguments(payload)
+
+    def arguments(self, payload: Payload) -> dict[str, Any]:
+        """The handler's keyword arguments for a payload; PayloadError when they do not fit.
+
+        A scheduled job's payload carries its slot as ``scheduled_at`` (ISO text): a handler
+        that takes the argument gets it as an aware datetime, one that does not never sees it.
+        """
+        kwargs: dict[str, Any] = dict(payload)
+        slot = kwargs.pop(SCHEDULED_AT, None)
+        if slot is not None and self._accepts(SCHEDULED_AT):
+            try:
+                kwargs[SCHEDULED_AT] = (
+                    datetime.fromisoformat(slot) if isinstance(slot, str) else slot
+                )
+            except ValueError:
+                raise PayloadError(
+                    f"task {self.name!r}: {SCHEDULED_AT} {slot!r} is not an ISO 8601 time"
+                ) from None
         try:
-            self.signature.bind(**payload)
+            self.signature.bind(**kwargs)
         except TypeError as exc:
             takes = ", ".join(self.signature.parameters) or "no arguments"
             raise PayloadError(
                 f"payload does not fit task {self.name!r} ({takes}): {exc}"
             ) from None
+        return kwargs
+
+    def _accepts(self, name: str) -> bool:
+        params = self.signature.parameters
+        return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     def options(self) -> JobOptions:
         d = self.defaults

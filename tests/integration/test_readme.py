@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 
+from cronbase.schedule.cron import Cron
+
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text("utf-8")
 CRONBASE = Path(sys.executable).with_name("cronbase")
@@ -106,3 +108,41 @@ def test_command_block_runs(database_url: str, db: psycopg.Connection[Any]) -> N
         if expected:
             assert result.stdout.splitlines()[-len(expected) :] == expected, command
     assert db.execute("SELECT status FROM cronbase.jobs").fetchall() == [("cancelled",)]
+
+
+def test_crontab_line_runs_as_cron_would(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """The README's crontab: its schedule parses, and its command runs under cron's bare env."""
+    (crontab,) = blocks("crontab")
+    variables = [line for line in crontab.splitlines() if re.match(r"^\w+=", line)]
+    jobs = [line for line in crontab.splitlines() if line and line not in variables]
+    assert [v.split("=")[0] for v in variables] == ["CRONBASE_DATABASE_URL"]
+    assert len(jobs) == 1, jobs
+    fields = jobs[0].split(None, 5)
+    Cron.parse(" ".join(fields[:5]))
+    # $HOME/cronbase is the user's project: here, links to this checkout's venv and examples.
+    project = tmp_path / "cronbase"
+    project.mkdir()
+    (project / ".venv").symlink_to(sys.prefix)
+    (project / "examples").symlink_to(REPO / "examples")
+    # What cron gives a job: HOME, SHELL, a short PATH, plus the crontab's variable lines.
+    env = {
+        "HOME": str(tmp_path),
+        "SHELL": "/bin/sh",
+        "PATH": "/usr/bin:/bin",
+        "CRONBASE_DATABASE_URL": database_url,
+    }
+    result = subprocess.run(
+        ["/bin/sh", "-c", fields[5]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    log = (tmp_path / "cronbase-tick.log").read_text()
+    assert result.returncode == 0, log
+    assert "tick:" in log
+    declared = db.execute("SELECT key, task, tz FROM cronbase.schedules").fetchall()
+    assert declared == [("nightly-cleanup", "cleanup", "Europe/Berlin")]

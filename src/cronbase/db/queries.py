@@ -80,6 +80,15 @@ class Queries:
     count_jobs_by_status: bytes
     register_worker: bytes
     unregister_worker: bytes
+    database_now: bytes
+    upsert_schedule: bytes
+    list_schedules: bytes
+    get_schedule: bytes
+    pause_schedule: bytes
+    resume_schedule: bytes
+    remove_schedule: bytes
+    lock_due_schedules: bytes
+    advance_schedule: bytes
 
     templates: ClassVar[dict[str, str]]
 

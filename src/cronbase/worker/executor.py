@@ -99,7 +99,7 @@ async def execute(
         return failure(job, exc, retry_in=60.0, give_up=False, duration=0.0)
     retry_in = task.defaults.retry.delay(job.attempt).total_seconds()
     try:
-        task.check_payload(job.payload)
+        kwargs = task.arguments(job.payload)
     except PayloadError as exc:
         # Retrying cannot make the payload fit the handler.
         return failure(job, exc, retry_in=retry_in, give_up=True, duration=0.0)
@@ -118,9 +118,9 @@ async def execute(
     try:
         async with asyncio.timeout(timeout):
             if task.is_async:
-                await task.func(**job.payload)
+                await task.func(**kwargs)
             else:
-                call = functools.partial(task.func, **job.payload)
+                call = functools.partial(task.func, **kwargs)
                 ctx = contextvars.copy_context()
                 # A sync handler past its timeout keeps its thread until it returns: Python
                 # cannot stop a thread. Its outcome is recorded as a timeout all the same.

@@ -5,7 +5,8 @@ In order, :meth:`Worker.run`:
 1. opens a small async pool, checks the schema version, registers the worker, and starts three
    helpers: the Notifier (LISTEN, wakes the loop when jobs are enqueued), the Heartbeater
    (renews the leases of running jobs, ``heartbeat.py``) and the Completer (writes outcomes in
-   batches, ``completer.py``);
+   batches, ``completer.py``); and, unless disabled, the Scheduler (turns due schedule slots into
+   jobs, ``schedule/scheduler.py``);
 2. loops: every ``reap_interval`` make jobs with expired leases claimable again; claim as many due
    jobs as there are free slots, in one statement (``claim_jobs`` in ``db/sql/jobs.sql``); start
    each in its own asyncio task (``executor.py``: sync handlers go to a bounded thread pool); then
@@ -38,6 +39,7 @@ import psycopg
 from ..db import migrate, pool
 from ..db.notifier import Notifier
 from ..errors import ConfigurationError
+from ..schedule.scheduler import Scheduler
 from .completer import Completer
 from .executor import ClaimedJob, Outcome, execute
 from .heartbeat import Heartbeater
@@ -62,7 +64,8 @@ class Worker:
     Options: ``queues`` (None = all), ``concurrency`` (jobs at once), ``burst`` (drain what is
     due, then return), ``poll_interval`` (fallback when no notification comes), ``reap_interval``
     (how often expired leases are looked for), ``shutdown_grace`` (how long running jobs may take
-    to finish after a stop request), ``install_signal_handlers``.
+    to finish after a stop request), ``install_signal_handlers``, ``schedule`` (fire due schedule
+    slots too; burst workers never do).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Worker:
         shutdown_grace: timedelta = timedelta(seconds=25),
         install_signal_handlers: bool = True,
         worker_id: str | None = None,
+        schedule: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
@@ -90,6 +94,9 @@ class Worker:
         self.reap_interval = reap_interval.total_seconds()
         self.shutdown_grace = shutdown_grace.total_seconds()
         self.install_signal_handlers = install_signal_handlers
+        # A long-running worker also fires due schedule slots; a burst worker never does
+        # (`cronbase tick` ticks once, then drains in burst mode).
+        self.schedule = schedule and not burst
         self.id = worker_id or new_worker_id()
         self.claimed = 0
         self.notifier: Notifier | None = None
@@ -175,12 +182,16 @@ class Worker:
             ]
             if not self.burst:
                 helpers.append(asyncio.create_task(self.notifier.run(), name="cronbase-listen"))
+            if self.schedule:
+                scheduler = Scheduler(self.app).run()
+                helpers.append(asyncio.create_task(scheduler, name="cronbase-scheduler"))
             logger.info(
-                "worker %s started: queues=%s concurrency=%d%s",
+                "worker %s started: queues=%s concurrency=%d%s%s",
                 self.id,
                 ",".join(self.queues or ["*"]),
                 self.concurrency,
                 " burst" if self.burst else "",
+                " schedules" if self.schedule else "",
             )
             self.started.set()
             await self._loop()

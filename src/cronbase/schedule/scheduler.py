@@ -1,0 +1,396 @@
+"""Turns due schedule slots into ordinary jobs, exactly once per slot.
+
+A tick, in one transaction: read the database clock; lock the due, unpaused schedules (SKIP
+LOCKED, so concurrent tickers share them out); for each, work out which slots to fire from its
+``next_fire_at`` and catch-up policy (:func:`plan`, pure); insert one job per slot under the
+idempotency key ``schedule:<key>@<slot UTC>``; move ``next_fire_at`` past now. However many
+processes tick at once, the unique key allows one job per slot, and conflicts are absorbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..client import JobOptions, build_insert, encode_payload
+from ..job import Payload
+from ..task import SCHEDULED_AT
+from .cron import Cron, ScheduleError
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..task import Task
+
+logger = logging.getLogger("cronbase")
+
+CatchUp = Literal["latest", "all", "none"]
+CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("latest", "all", "none")
+DUE_BATCH = 100
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule's definition, as declared in code or added at run time."""
+
+    key: str
+    task: str
+    cron: Cron
+    payload: Payload
+    queue: str | None = None
+    catch_up: CatchUp = "latest"
+    max_catch_up: int = 100
+    source: Literal["code", "runtime"] = "runtime"
+
+    @classmethod
+    def build(
+        cls,
+        task: Task[Any, Any],
+        *,
+        cron: str,
+        tz: str = "UTC",
+        key: str | None = None,
+        payload: Payload | None = None,
+        queue: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+        source: Literal["code", "runtime"] = "runtime",
+    ) -> ScheduleSpec:
+        """Validate everything before anything is written; errors name the bad value."""
+        parsed = Cron.parse(cron, tz)
+        if catch_up not in CATCH_UP_POLICIES:
+            raise ScheduleError(
+                f"unknown catch_up policy {catch_up!r}; one of: {', '.join(CATCH_UP_POLICIES)}"
+            )
+        if max_catch_up < 1:
+            raise ScheduleError(f"max_catch_up must be at least 1, got {max_catch_up}")
+        if queue is not None and not queue:
+            raise ScheduleError("queue name must not be empty (None: the task's own queue)")
+        if key is not None and not key.strip():
+            raise ScheduleError("schedule key must not be empty")
+        payload = dict(payload or {})
+        if SCHEDULED_AT in payload:
+            raise ScheduleError(
+                f"schedule payload must not set {SCHEDULED_AT!r}: each job gets its slot's time there"
+            )
+        encode_payload(task.name, payload)
+        task.check_payload(scheduled_payload(payload, datetime.now(UTC)))
+        return cls(
+            key=key or task.name,
+            task=task.name,
+            cron=parsed,
+            payload=payload,
+            queue=queue,
+            catch_up=catch_up,
+            max_catch_up=max_catch_up,
+            source=source,
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A snapshot of one row of cronbase.schedules."""
+
+    key: str
+    task: str
+    payload: Payload
+    queue: str | None
+    cron: str
+    tz: str
+    catch_up: str
+    max_catch_up: int
+    is_paused: bool
+    source: str
+    last_fired_at: datetime | None
+    next_fire_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Schedule:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f.name: v.isoformat() if isinstance(v, datetime) else v
+            for f in fields(self)
+            for v in [getattr(self, f.name)]
+        }
+
+    def local(self, moment: datetime | None) -> datetime | None:
+        """A moment in the schedule's own time zone (for people)."""
+        return moment.astimezone(Cron.parse(self.cron, self.tz).zone) if moment else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one tick does for one schedule."""
+
+    slots: list[datetime]
+    next_fire_at: datetime
+    missed: int  # due slots not run (catch-up policy)
+
+
+def plan(
+    cron: Cron, catch_up: str, max_catch_up: int, next_fire_at: datetime, now: datetime
+) -> Plan:
+    """Which slots to fire now: every slot in [next_fire_at, now] is due.
+
+    ``latest`` fires the newest due slot; ``all`` fires them all, the newest ``max_catch_up`` at
+    most; ``none`` fires a slot only when it is the one slot due (the usual case: the tick came
+    between two slots), and skips everything after an outage.
+    """
+    after = next_fire_at - timedelta(microseconds=1)
+    following = cron.next_after(now)
+    if catch_up == "all":
+        slots = cron.slots(after, now, limit=max_catch_up)
+        missed = len(cron.slots(after, now, limit=max_catch_up + 1)) - len(slots)
+    else:
+        newest_two = cron.slots(after, now, limit=2)
+        if catch_up == "latest":
+            slots = newest_two[-1:]
+        else:
+            slots = newest_two if len(newest_two) == 1 else []
+        missed = len(newest_two) - len(slots)
+    return Plan(slots=slots, next_fire_at=following, missed=missed)
+
+
+def scheduled_payload(payload: Payload, slot: datetime) -> Payload:
+    """The job payload for one slot: the schedule's payload plus the slot's time."""
+    return {**payload, SCHEDULED_AT: slot.isoformat()}
+
+
+def slot_key(schedule_key: str, slot: datetime) -> str:
+    """The job key of one slot: UTC, to the second, so every ticker computes the same text."""
+    return f"schedule:{schedule_key}@{slot.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def upsert_params(spec: ScheduleSpec, db_now: datetime) -> dict[str, Any]:
+    return {
+        "key": spec.key,
+        "task": spec.task,
+        "payload": encode_payload(spec.task, spec.payload),
+        "queue": spec.queue,
+        "cron": spec.cron.expression,
+        "tz": spec.cron.tz,
+        "catch_up": spec.catch_up,
+        "max_catch_up": spec.max_catch_up,
+        "source": spec.source,
+        "next_fire_at": spec.cron.next_after(db_now),
+    }
+
+
+class Schedules:
+    """Schedules stored in the database: ``app.schedules.add/list/get/pause/resume/remove``."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def _one(self, query: bytes, params: dict[str, Any]) -> dict[str, Any] | None:
+        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query, params).fetchone()
+
+    def _now(self) -> datetime:
+        with self.app.pool().connection() as conn:
+            row = conn.execute(self.app.queries.database_now).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    def add(
+        self,
+        task: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        payload: Payload | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+    ) -> Schedule:
+        """Create (or redefine) a schedule kept in the database until removed.
+
+        >>> app.schedules.add("send_weekly_report", cron="0 8 * * MON",  # doctest: +SKIP
+        ...                   tz="America/New_York", payload={"user_id": 12345}, key="weekly:12345")
+        """
+        spec = ScheduleSpec.build(
+            self.app.get_task(task),
+            cron=cron,
+            tz=tz,
+            key=key,
+            payload=payload,
+            queue=queue,
+            catch_up=catch_up,
+            max_catch_up=max_catch_up,
+        )
+        row = self._one(self.app.queries.upsert_schedule, upsert_params(spec, self._now()))
+        assert row is not None
+        return Schedule.from_row(row)
+
+    def list(self) -> list[Schedule]:
+        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self.app.queries.list_schedules).fetchall()
+        return [Schedule.from_row(r) for r in rows]
+
+    def get(self, key: str) -> Schedule:
+        row = self._one(self.app.queries.get_schedule, {"key": key})
+        if row is None:
+            raise ScheduleError(f"no schedule with key {key!r}")
+        return Schedule.from_row(row)
+
+    def pause(self, key: str) -> Schedule:
+        row = self._one(self.app.queries.pause_schedule, {"key": key})
+        if row is None:
+            raise ScheduleError(f"no schedule with key {key!r}")
+        return Schedule.from_row(row)
+
+    def resume(self, key: str) -> Schedule:
+        current = self.get(key)
+        following = Cron.parse(current.cron, current.tz).next_after(self._now())
+        row = self._one(self.app.queries.resume_schedule, {"key": key, "next_fire_at": following})
+        if row is None:
+            raise ScheduleError(f"no schedule with key {key!r}")
+        return Schedule.from_row(row)
+
+    def remove(self, key: str) -> None:
+        if self._one(self.app.queries.remove_schedule, {"key": key}) is None:
+            raise ScheduleError(f"no schedule with key {key!r}")
+
+
+class Scheduler:
+    """Fires due slots: ``tick()`` once (``cronbase tick``), or ``run()`` in a worker."""
+
+    def __init__(self, app: App, interval: timedelta = timedelta(seconds=1)) -> None:
+        self.app = app
+        self.interval = interval.total_seconds()
+        self.fired = 0
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        from ..db import pool
+
+        url = await asyncio.to_thread(lambda: self.app.database_url)
+        return await pool.connect_async(
+            url, autocommit=False, application_name="cronbase-scheduler"
+        )
+
+    async def sync_declared(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Upsert the schedules declared with ``@app.periodic`` (at worker and tick start)."""
+        if not self.app.periodic_schedules:
+            return
+        q = self.app.queries
+        async with conn.transaction():
+            db_now = (await (await conn.execute(q.database_now)).fetchone() or [None])[0]
+            for spec in self.app.periodic_schedules.values():
+                await conn.execute(q.upsert_schedule, upsert_params(spec, db_now))
+
+    async def tick(self, now: datetime | None = None) -> list[int]:
+        """Fire every due slot once; returns the ids of the jobs created or found.
+
+        ``now`` replaces the database clock (tests move time with it); by default the
+        database's ``now()`` decides.
+        """
+        conn = await self._connect()
+        try:
+            await self.sync_declared(conn)
+            return await self._tick(conn, now)
+        finally:
+            await conn.close()
+
+    async def _tick(self, conn: psycopg.AsyncConnection[Any], now: datetime | None) -> list[int]:
+        q = self.app.queries
+        job_ids: list[int] = []
+        while True:  # in batches, each its own transaction, until fewer than a batch are due
+            async with conn.transaction():
+                if now is None:
+                    now = (await (await conn.execute(q.database_now)).fetchone() or [None])[0]
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(
+                        q.lock_due_schedules,
+                        {"now": now, "limit": DUE_BATCH, "tasks": list(self.app.tasks)},
+                    )
+                    due = [Schedule.from_row(r) for r in await cur.fetchall()]
+                for schedule in due:
+                    job_ids += await self._fire(conn, schedule, now)
+            if len(due) < DUE_BATCH:
+                return job_ids
+
+    async def _fire(
+        self, conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: datetime
+    ) -> list[int]:
+        q = self.app.queries
+        try:
+            cron = Cron.parse(schedule.cron, schedule.tz)
+        except ScheduleError as exc:
+            # Only a row written around the API gets here; pausing it stops the retries.
+            logger.error("schedule %r paused: %s", schedule.key, exc)
+            await conn.execute(q.pause_schedule, {"key": schedule.key})
+            return []
+        steps = plan(cron, schedule.catch_up, schedule.max_catch_up, schedule.next_fire_at, now)
+        task = self.app.get_task(schedule.task)  # known: lock_due_schedules filters by task
+        options = task.options()
+        ids = []
+        for slot in steps.slots:
+            opts = JobOptions(
+                queue=schedule.queue or options.queue,
+                priority=options.priority,
+                max_attempts=options.max_attempts,
+                lease=options.lease,
+                idempotency_key=slot_key(schedule.key, slot),
+            )
+            payload = scheduled_payload(schedule.payload, slot)
+            query, params = build_insert(q, task.name, opts, payload)
+            row = await (await conn.execute(query, params)).fetchone()
+            # No row: a concurrent insert of the same slot committed after our snapshot; that
+            # job is the slot's job, and the conflict is absorbed.
+            if row is not None:
+                ids.append(int(row[0]))
+                self.fired += int(bool(row[1]))
+        if steps.missed:
+            logger.info(
+                "schedule %r: %d missed slots not run (catch_up=%s)",
+                schedule.key,
+                steps.missed,
+                schedule.catch_up,
+            )
+        await conn.execute(
+            q.advance_schedule,
+            {
+                "key": schedule.key,
+                "last_fired_at": steps.slots[-1] if steps.slots else None,
+                "next_fire_at": steps.next_fire_at,
+            },
+        )
+        return ids
+
+    async def run(self) -> None:
+        """Tick every ``interval`` until cancelled (the worker's scheduling loop).
+
+        A failed tick (database gone, a bad row) is logged and retried on a fresh connection;
+        the loop itself only ends when cancelled.
+        """
+        conn: psycopg.AsyncConnection[Any] | None = None
+        declared = False
+        try:
+            while True:
+                try:
+                    if conn is None or conn.closed:
+                        conn = await self._connect()
+                    if not declared:
+                        await self.sync_declared(conn)
+                        declared = True
+                    await self._tick(conn, None)
+                except (psycopg.Error, OSError) as exc:
+                    logger.warning("scheduler tick failed (%s); retrying", exc)
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                await asyncio.sleep(self.interval)
+        finally:
+            if conn is not None:
+                await conn.close()

@@ -1,0 +1,209 @@
+"""``cronbase schedules ...`` and ``cronbase tick`` as a user runs them: subprocesses, real DB."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.conftest import wait_for
+from tests.e2e.test_cli import APP, CRONBASE, REPO, cli_env, cronbase, ok
+
+
+def schedule_rows(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT key, task, cron, tz, is_paused FROM cronbase.schedules").fetchall()
+
+
+def slot_jobs(db: psycopg.Connection[Any], key: str) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT idempotency_key, status FROM cronbase.jobs "
+        "WHERE idempotency_key LIKE %s ORDER BY idempotency_key",
+        [f"schedule:{key}@%"],
+    ).fetchall()
+
+
+def add(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return cronbase(database_url, "--app", APP, "schedules", "add", *args)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["record", "--cron", "0 25 * * *"], "bad hour field '25'"),
+        (["record", "--cron", "61 * * * *"], "bad minute field '61'"),
+        (
+            ["record", "--cron", "@hourly", "--tz", "Mars/Olympus"],
+            "unknown time zone 'Mars/Olympus'",
+        ),
+        (["nope", "--cron", "@hourly"], "unknown task 'nope'"),
+        (["record", "--cron", "@hourly", "--payload", '{"m": 1}'], "payload does not fit"),
+    ],
+)
+def test_add_refuses_bad_input_with_exit_2_and_writes_nothing(
+    database_url: str, db: psycopg.Connection[Any], args: list[str], message: str
+) -> None:
+    result = add(database_url, *args, "--key", "k")
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert message in line
+    assert schedule_rows(db) == []
+
+
+def test_add_list_pause_resume_remove(database_url: str, db: psycopg.Connection[Any]) -> None:
+    out = ok(
+        add(
+            database_url,
+            "record",
+            "--cron",
+            "0 8 * * MON",
+            "--tz",
+            "America/New_York",
+            "--payload",
+            '{"n": 12345}',
+            "--key",
+            "weekly:12345",
+        )
+    )
+    assert "weekly:12345" in out
+    assert "next run" in out
+    assert schedule_rows(db) == [
+        ("weekly:12345", "record", "0 8 * * MON", "America/New_York", False)
+    ]
+
+    table = ok(cronbase(database_url, "schedules", "list"))
+    assert "weekly:12345" in table
+    # Next run shown in the schedule's own zone: 08:00 on a Monday, New York time.
+    assert "08:00 E" in table  # EST or EDT
+    [listed] = json.loads(ok(cronbase(database_url, "schedules", "list", "--json")))
+    assert listed["key"] == "weekly:12345"
+    assert listed["payload"] == {"n": 12345}
+
+    assert "paused" in ok(cronbase(database_url, "schedules", "pause", "weekly:12345"))
+    assert schedule_rows(db)[0][4] is True
+    assert "paused" in ok(cronbase(database_url, "schedules", "list"))
+    assert "next run" in ok(cronbase(database_url, "schedules", "resume", "weekly:12345"))
+    assert schedule_rows(db)[0][4] is False
+
+    ok(cronbase(database_url, "schedules", "remove", "weekly:12345"))
+    assert schedule_rows(db) == []
+    missing = cronbase(database_url, "schedules", "remove", "weekly:12345")
+    assert missing.returncode == 2
+    assert "no schedule with key 'weekly:12345'" in missing.stderr
+
+
+def test_concurrent_ticks_from_crontab_make_one_job_per_slot_and_run_it(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    record = tmp_path / "record.txt"
+    ok(add(database_url, "record", "--cron", "* * * * *", "--payload", '{"n": 1}', "--key", "m"))
+    ok(add(database_url, "record", "--cron", "@hourly", "--payload", '{"n": 2}', "--key", "h"))
+    ok(
+        add(
+            database_url,
+            *("record", "--cron", "@hourly", "--payload", '{"n": 3}', "--key", "all"),
+            *("--catch-up", "all"),
+        )
+    )
+    # As if every host had been down: the minutely one for 5 minutes, the hourly ones 3 hours.
+    db.execute(
+        "UPDATE cronbase.schedules SET next_fire_at = CASE key "
+        "WHEN 'm' THEN date_trunc('minute', now()) - interval '5 minutes' "
+        "ELSE date_trunc('hour', now()) - interval '3 hours' END"
+    )
+    # Six hosts' crontabs fire at the same moment.
+    ticks = [
+        subprocess.Popen(
+            [str(CRONBASE), "--app", APP, "tick", "--no-run"],
+            env=cli_env(database_url, CLI_TEST_RECORD=str(record)),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    results = [(t.communicate(timeout=60), t.returncode) for t in ticks]
+    assert all(code == 0 for _, code in results), results
+    assert len(slot_jobs(db, "m")) == 1  # latest: the newest missed minute only
+    assert len(slot_jobs(db, "h")) == 1
+    assert len(slot_jobs(db, "all")) == 4  # three missed hours and this hour's slot
+    assert not record.exists()  # --no-run left them to workers
+
+    # Paused, so a minute turning now cannot add a slot: this tick only runs what is due.
+    db.execute("UPDATE cronbase.schedules SET is_paused = true")
+    ok(cronbase(database_url, "--app", APP, "tick", CLI_TEST_RECORD=str(record)))
+    assert sorted(record.read_text().split()) == ["1", "2", "3", "3", "3", "3"]
+    statuses = {status for key in ("m", "h", "all") for _, status in slot_jobs(db, key)}
+    assert statuses == {"succeeded"}
+
+
+def _worker(database_url: str, record: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(CRONBASE), "--app", APP, "worker", "--poll-interval", "0.1", *args],
+        env=cli_env(database_url, CLI_TEST_RECORD=str(record)),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(worker: subprocess.Popen[str]) -> str:
+    worker.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, stderr
+    return stderr
+
+
+def test_a_long_running_worker_fires_schedules_itself(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    record = tmp_path / "record.txt"
+    # A seconds field: a slot every second, so the test needs no minute to pass.
+    ok(add(database_url, "record", "--cron", "* * * * * *", "--payload", '{"n": 7}', "--key", "s"))
+    worker = _worker(database_url, record)
+    try:
+        wait_for(
+            lambda: record.exists() and len(record.read_text().split()) >= 3,
+            timeout=30,
+            what="three slots run by the worker's scheduler",
+        )
+    finally:
+        _stop(worker)
+    keys = [key for key, _ in slot_jobs(db, "s")]
+    assert len(keys) == len(set(keys)) >= 3
+
+
+def test_no_schedule_leaves_due_slots_alone(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    record = tmp_path / "record.txt"
+    ok(add(database_url, "record", "--cron", "* * * * * *", "--payload", '{"n": 7}', "--key", "s"))
+    worker = _worker(database_url, record, "--no-schedule")
+    try:
+        # A job the worker runs proves it has been looping; twice over, to span its first ticks.
+        for n in (1, 2):
+            ok(
+                cronbase(
+                    database_url, "--app", APP, "enqueue", "record", "--payload", f'{{"n": {n}}}'
+                )
+            )
+            wait_for(
+                lambda n=n: record.exists() and str(n) in record.read_text().split(),
+                timeout=30,
+                what=f"job {n} to run",
+            )
+    finally:
+        _stop(worker)
+    assert slot_jobs(db, "s") == []
