@@ -3,6 +3,7 @@
 from .app import App
 from .client import JobOptions
 from .context import JobContext, current_job
+from .effects import Effect, EffectError, EffectInProgress, EffectNotFoundError, EffectRecord
 from .errors import (
     ConfigurationError,
     CronbaseError,
@@ -27,6 +28,11 @@ __all__ = [
     "CronbaseError",
     "DatabaseURLError",
     "Deferral",
+    "Effect",
+    "EffectError",
+    "EffectInProgress",
+    "EffectNotFoundError",
+    "EffectRecord",
     "Job",
     "JobAttempt",
     "JobContext",

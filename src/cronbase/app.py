@@ -12,14 +12,18 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from .audit import Audit
 from .client import JobOptions, Jobs
 from .db import embedded, migrate, pool
 from .db.notifier import channel_name
 from .db.queries import Queries
+from .effects import Effects
 from .errors import ConfigurationError, UnknownTaskError
 from .job import Payload
+from .queues import Queues
 from .retry import Backoff
 from .schedule.scheduler import Schedules, ScheduleSpec
+from .stats import Overview, overview, overview_async
 from .task import Task, TaskDefaults
 
 if TYPE_CHECKING:
@@ -52,6 +56,9 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.jobs = Jobs(self)
         self.schedules = Schedules(self)
+        self.effects = Effects(self)
+        self.queues = Queues(self)
+        self.audit = Audit(self)
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
         self.periodic_schedules: dict[str, ScheduleSpec] = {}
         self._explicit_url = database_url
@@ -216,6 +223,13 @@ class App:
             self._async_pool = await pool.open_async_pool(url, name=f"cronbase-{self.schema}")
             self._async_pool_loop = loop
         return self._async_pool
+
+    def stats(self) -> Overview:
+        """Per queue: jobs by status, waits; attempts per minute over the last hour."""
+        return overview(self)
+
+    async def stats_async(self) -> Overview:
+        return await overview_async(self)
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migrations applied."""

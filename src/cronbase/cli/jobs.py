@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..admin import requeue_dead
+from ..audit import cli_actor
 from ..job import Job, JobAttempt, JobStatus
 from .common import STATUS_STYLES, Settings, status_text, when
 from .main import cli
@@ -142,12 +144,29 @@ def attempt_text(attempt: JobAttempt) -> Text:
 
 
 @jobs.command("retry")
-@click.argument("job_id", metavar="ID", type=int)
+@click.argument("job_id", metavar="ID", type=int, required=False)
+@click.option("--dead", is_flag=True, help="Every dead job instead (narrow with --task/--queue).")
+@click.option("--task", help="With --dead: only this task's jobs.")
+@click.option("--queue", help="With --dead: only this queue's jobs.")
 @click.pass_obj
-def retry_job(settings: Settings, job_id: int) -> None:
-    """Run a job again now (any state but running)."""
-    job = settings.app().jobs.retry(job_id)
-    click.echo(f"job {job.id} is {job.status.value} again (attempts so far: {job.attempts})")
+def retry_job(
+    settings: Settings, job_id: int | None, dead: bool, task: str | None, queue: str | None
+) -> None:
+    """Run a job again now (any state but running), or with --dead every dead job."""
+    app = settings.app()
+    if dead == (job_id is not None):
+        raise click.UsageError("give a job ID, or --dead (with --task/--queue), not both")
+    if job_id is not None:
+        if task or queue:
+            raise click.UsageError("--task and --queue go with --dead")
+        job = app.jobs.retry(job_id)
+        app.audit.record(cli_actor(), "retry", f"job {job.id}")
+        click.echo(f"job {job.id} is {job.status.value} again (attempts so far: {job.attempts})")
+        return
+    ids = requeue_dead(app, task=task, queue=queue)
+    scope = " ".join(f"{k}={v}" for k, v in (("task", task), ("queue", queue)) if v) or "all"
+    app.audit.record(cli_actor(), "requeue_dead", scope, {"jobs": ids})
+    click.echo(f"{len(ids)} dead jobs queued again ({scope})")
 
 
 @jobs.command("cancel")
@@ -155,5 +174,7 @@ def retry_job(settings: Settings, job_id: int) -> None:
 @click.pass_obj
 def cancel_job(settings: Settings, job_id: int) -> None:
     """Cancel a waiting or running job."""
-    job = settings.app().jobs.cancel(job_id)
+    app = settings.app()
+    job = app.jobs.cancel(job_id)
+    app.audit.record(cli_actor(), "cancel", f"job {job.id}")
     click.echo(f"job {job.id} is {job.status.value}")

@@ -48,6 +48,13 @@ THREAD_JOIN_SECONDS = 1.0
 @click.version_option(package_name="cronbase")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines for people, or one JSON object per line (job events carry their fields).",
+)
+@click.option(
     "--database-url",
     metavar="URL",
     help="PostgreSQL URL. Default: CRONBASE_DATABASE_URL, then DATABASE_URL, else the embedded "
@@ -67,6 +74,7 @@ THREAD_JOIN_SECONDS = 1.0
 def cli(
     ctx: click.Context,
     debug: bool,
+    log_format: str,
     database_url: str | None,
     schema: str | None,
     app_path: str | None,
@@ -76,7 +84,7 @@ def cli(
     settings.debug = debug
     settings.schema = schema
     settings.app_path = app_path
-    setup_logging(debug)
+    setup_logging(debug, log_format)
     if database_url:
         pool.check_url(database_url)
         # Exported, so an App() in the user's module (which reads the environment) uses it too.
@@ -115,6 +123,18 @@ def migrate(settings: Settings) -> None:
 )
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(min=1, max=65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port (/metrics).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --metrics-port (0.0.0.0 for every interface).",
+)
+@click.option(
     "--schedule/--no-schedule",
     default=True,
     show_default=True,
@@ -138,6 +158,8 @@ def worker(
     queues: tuple[str, ...],
     concurrency: int,
     burst: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     schedule: bool,
     poll_interval: float | None,
     shutdown_grace: float | None,
@@ -157,6 +179,8 @@ def worker(
         concurrency=concurrency,
         burst=burst,
         schedule=schedule,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
         **{k: v for k, v in options.items() if v is not None},
     )
     app.close()

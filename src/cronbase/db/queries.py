@@ -80,6 +80,7 @@ class Queries:
     count_jobs_by_status: bytes
     register_worker: bytes
     unregister_worker: bytes
+    list_workers: bytes
     database_now: bytes
     upsert_schedule: bytes
     list_schedules: bytes
@@ -89,6 +90,26 @@ class Queries:
     remove_schedule: bytes
     lock_due_schedules: bytes
     advance_schedule: bytes
+    enter_effect: bytes
+    take_over_effect: bytes
+    reconcile_effect: bytes
+    finish_effect: bytes
+    get_effect: bytes
+    list_effects: bytes
+    forget_effect: bytes
+    pause_queue: bytes
+    resume_queue: bytes
+    list_queues: bytes
+    insert_audit: bytes
+    list_audit: bytes
+    queue_overview: bytes
+    throughput_by_minute: bytes
+    list_long_running: bytes
+    requeue_dead_jobs: bytes
+    prune_jobs: bytes
+    try_lock_maintenance: bytes
+    unlock_maintenance: bytes
+    search_jobs: bytes
 
     templates: ClassVar[dict[str, str]]
 

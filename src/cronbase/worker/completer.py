@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -38,10 +39,30 @@ def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
     }
 
 
+def event_fields(o: Outcome, event: str) -> dict[str, Any]:
+    """The fields of a job event log line (``--log-format json`` prints them as keys)."""
+    return {
+        "event": event,
+        "job_id": o.job.id,
+        "task": o.job.task,
+        "queue": o.job.queue,
+        "attempt": o.job.attempt,
+        "duration": round(o.duration, 6),
+        "error": o.error,
+    }
+
+
 class Completer:
     """Collects outcomes and writes them; ``drain()`` waits until everything is written."""
 
-    def __init__(self, pool: AsyncConnectionPool, queries: Queries, worker_id: str) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        queries: Queries,
+        worker_id: str,
+        on_written: Callable[[Outcome, str], None] = lambda outcome, status: None,
+    ) -> None:
+        self._on_written = on_written
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
@@ -100,6 +121,8 @@ class Completer:
         self.written += len(written)
         for o in batch:
             status = written.get(o.job.id)
+            if status is not None:
+                self._on_written(o, status)
             if status is None:
                 self.fenced_out += 1
                 logger.warning(
@@ -109,6 +132,7 @@ class Completer:
                     o.job.attempt,
                     o.job.task,
                     o.outcome,
+                    extra=event_fields(o, "fenced_out"),
                 )
             elif status == "succeeded":
                 logger.info(
@@ -117,6 +141,7 @@ class Completer:
                     o.job.task,
                     o.job.attempt,
                     o.duration,
+                    extra=event_fields(o, "succeeded"),
                 )
             else:
                 logger.warning(
@@ -128,4 +153,5 @@ class Completer:
                     o.job.max_attempts,
                     o.duration,
                     o.error,
+                    extra=event_fields(o, "retried" if status == "failed" else "dead"),
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import time
 import traceback
 import uuid
@@ -20,6 +21,8 @@ from ..job import Payload
 
 if TYPE_CHECKING:
     from ..app import App
+
+logger = logging.getLogger("cronbase")
 
 TRACEBACK_LIMIT = 8000  # characters kept, from the end: the innermost frames say the most
 ERROR_LIMIT = 2000
@@ -40,6 +43,12 @@ class ClaimedJob:
     lease: timedelta
     context: JobContext = field(init=False)
 
+    @property
+    def completed(self) -> bool:
+        """Finished by the handler's own transaction() (the context exists once it runs)."""
+        context: JobContext | None = self.__dict__.get("context")
+        return context is not None and context.completed
+
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
         (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _run_at) = row
@@ -57,6 +66,8 @@ class Outcome:
     error_type: str | None = None
     traceback: str | None = None
     duration: float = 0.0
+    # Already in the database: the handler's transaction() committed the success itself.
+    written: bool = False
 
 
 def _trim(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -89,6 +100,7 @@ async def execute(
     job: ClaimedJob,
     threads: ThreadPoolExecutor,
     on_progress: Callable[[], None],
+    worker_id: str | None = None,
 ) -> Outcome:
     """Run ``job``'s handler and say how it went; never raises but for cancellation."""
     started = time.monotonic()
@@ -111,6 +123,9 @@ async def execute(
         attempt=job.attempt,
         max_attempts=job.max_attempts,
         payload=job.payload,
+        lease_token=job.lease_token,
+        worker_id=worker_id,
+        _app=app,
         _on_progress=on_progress,
     )
     set_current(job.context)
@@ -133,7 +148,20 @@ async def execute(
             job, error, retry_in=retry_in, give_up=False, duration=time.monotonic() - started
         )
     except Exception as exc:
+        if job.context.completed:
+            logger.warning(
+                "job %d (%s) raised after its transaction() committed; it stays succeeded: %s",
+                job.id,
+                job.task,
+                exc,
+            )
+            return Outcome(job=job, outcome="succeeded", written=True)
         return failure(
             job, exc, retry_in=retry_in, give_up=False, duration=time.monotonic() - started
         )
-    return Outcome(job=job, outcome="succeeded", duration=time.monotonic() - started)
+    return Outcome(
+        job=job,
+        outcome="succeeded",
+        duration=time.monotonic() - started,
+        written=job.context.completed,
+    )

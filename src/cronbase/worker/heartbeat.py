@@ -39,7 +39,9 @@ class Heartbeater:
         worker_id: str,
         held: Callable[[], list[ClaimedJob]],
         on_lost: Callable[[ClaimedJob], None],
+        on_renewed: Callable[[int], None] = lambda count: None,
     ) -> None:
+        self._on_renewed = on_renewed
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
@@ -114,6 +116,7 @@ class Heartbeater:
             )
             renewed = {token for _, token in await cur.fetchall()}
         self.beats += 1
+        self._on_renewed(len(renewed))
         for job in jobs:
             if job.lease_token not in renewed:
                 self._on_lost(job)

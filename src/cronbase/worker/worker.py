@@ -35,10 +35,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import psycopg
+from prometheus_client import start_http_server
 
 from ..db import migrate, pool
 from ..db.notifier import Notifier
 from ..errors import ConfigurationError
+from ..maintenance import Retention, run_retention
+from ..metrics import WorkerMetrics
 from ..schedule.scheduler import Scheduler
 from .completer import Completer
 from .executor import ClaimedJob, Outcome, execute
@@ -58,6 +61,9 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+DEFAULT_RETENTION = Retention()
+
+
 class Worker:
     """Runs jobs of an :class:`~cronbase.App` until stopped. ``app.run_worker()`` is the short way.
 
@@ -65,7 +71,8 @@ class Worker:
     due, then return), ``poll_interval`` (fallback when no notification comes), ``reap_interval``
     (how often expired leases are looked for), ``shutdown_grace`` (how long running jobs may take
     to finish after a stop request), ``install_signal_handlers``, ``schedule`` (fire due schedule
-    slots too; burst workers never do).
+    slots too; burst workers never do), ``retention`` (prune old finished jobs; None: never),
+    ``metrics_port`` / ``metrics_host`` (serve Prometheus metrics).
     """
 
     def __init__(
@@ -81,6 +88,9 @@ class Worker:
         install_signal_handlers: bool = True,
         worker_id: str | None = None,
         schedule: bool = True,
+        retention: Retention | None = DEFAULT_RETENTION,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
@@ -97,6 +107,11 @@ class Worker:
         # A long-running worker also fires due schedule slots; a burst worker never does
         # (`cronbase tick` ticks once, then drains in burst mode).
         self.schedule = schedule and not burst
+        # Pruning old finished jobs is a long-running worker's chore too (one at a time).
+        self.retention = None if burst else retention
+        self.metrics = WorkerMetrics(app)
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.id = worker_id or new_worker_id()
         self.claimed = 0
         self.notifier: Notifier | None = None
@@ -151,6 +166,7 @@ class Worker:
         )
         installed = []
         helpers: list[asyncio.Task[None]] = []
+        metrics_server = None
         try:
             if self.install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -168,8 +184,15 @@ class Worker:
                         "concurrency": self.concurrency,
                     },
                 )
-            self._completer = Completer(self._pool, q, self.id)
-            self._heartbeater = Heartbeater(self._pool, q, self.id, self._held, self._on_lease_lost)
+            self._completer = Completer(self._pool, q, self.id, self._on_written)
+            self._heartbeater = Heartbeater(
+                self._pool,
+                q,
+                self.id,
+                self._held,
+                self._on_lease_lost,
+                self.metrics.lease_renewals.inc,
+            )
             self.notifier = Notifier(
                 lambda: pool.connect_async(url, application_name=f"cronbase-listener {self.id}"),
                 self.app.channel,
@@ -185,6 +208,14 @@ class Worker:
             if self.schedule:
                 scheduler = Scheduler(self.app).run()
                 helpers.append(asyncio.create_task(scheduler, name="cronbase-scheduler"))
+            if self.retention is not None:
+                pruner = run_retention(self._pool, self.app, self.retention)
+                helpers.append(asyncio.create_task(pruner, name="cronbase-retention"))
+            if self.metrics_port is not None:
+                metrics_server = start_http_server(
+                    self.metrics_port, self.metrics_host, registry=self.metrics.registry
+                )[0]
+                logger.info("metrics on http://%s:%d/metrics", self.metrics_host, self.metrics_port)
             logger.info(
                 "worker %s started: queues=%s concurrency=%d%s%s",
                 self.id,
@@ -202,6 +233,9 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             for sig in installed:
                 loop.remove_signal_handler(sig)
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             try:
                 async with self._pool.connection() as conn:
                     await conn.execute(self.app.queries.unregister_worker, {"id": self.id})
@@ -264,7 +298,7 @@ class Worker:
         assert self._pool is not None
         assert self._heartbeater is not None
         q = self.app.queries
-        params = {"limit": limit, "worker": self.id, "paused": [], "queues": self.queues}
+        params = {"limit": limit, "worker": self.id, "queues": self.queues}
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 q.claim_jobs_in_queues if self.queues else q.claim_jobs, params
@@ -273,7 +307,20 @@ class Worker:
         jobs = [ClaimedJob.from_row(row) for row in rows]
         jobs.sort(key=lambda j: (j.priority, j.id))
         for job in jobs:
-            logger.debug("job %d claimed: task=%s attempt=%d", job.id, job.task, job.attempt)
+            self.metrics.claimed.labels(job.task, job.queue).inc()
+            logger.info(
+                "job %d claimed: task=%s attempt=%d",
+                job.id,
+                job.task,
+                job.attempt,
+                extra={
+                    "event": "claimed",
+                    "job_id": job.id,
+                    "task": job.task,
+                    "queue": job.queue,
+                    "attempt": job.attempt,
+                },
+            )
             task = asyncio.create_task(self._run_job(job), name=f"cronbase-job-{job.id}")
             self._running[job.lease_token] = (job, task)
         if jobs:
@@ -285,10 +332,12 @@ class Worker:
     async def _run_job(self, job: ClaimedJob) -> Outcome:
         assert self._completer is not None
         try:
-            outcome = await execute(self.app, job, self._threads, self._progress_from_any_thread)
+            outcome = await execute(
+                self.app, job, self._threads, self._progress_from_any_thread, worker_id=self.id
+            )
             # An attempt whose lease was lost is no longer ours to complete (the completion
             # would be fenced out anyway; this saves the round trip and the warning).
-            if job.lease_token not in self._lost:
+            if job.lease_token not in self._lost and not outcome.written:
                 self._completer.add(outcome)
             return outcome
         finally:
@@ -297,6 +346,11 @@ class Worker:
             self._lost.discard(job.lease_token)
             self._wake.set()
 
+    def _on_written(self, outcome: Outcome, status: str) -> None:
+        job = outcome.job
+        self.metrics.finished.labels(job.task, job.queue, status).inc()
+        self.metrics.duration.labels(job.task, job.queue).observe(outcome.duration)
+
     def _progress_from_any_thread(self) -> None:
         # Handlers report progress from their own thread (sync) or from the loop (async).
         if self._heartbeater is not None and self._event_loop is not None:
@@ -304,7 +358,12 @@ class Worker:
 
     def _held(self) -> list[ClaimedJob]:
         assert self._completer is not None
-        running = [job for job, _ in self._running.values() if job.lease_token not in self._lost]
+        # A job whose transaction() committed is finished: nothing left to renew.
+        running = [
+            job
+            for job, _ in self._running.values()
+            if job.lease_token not in self._lost and not job.completed
+        ]
         # Outcomes not yet written keep their leases renewed, or a slow write could let the
         # reaper hand a finished job to another worker.
         return running + [o.job for o in self._completer.pending_jobs]

@@ -71,7 +71,7 @@ RETURNING id;
 WITH due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs
     WHERE status IN ('queued', 'failed') AND run_at <= now()
-      AND queue <> ALL (%(paused)s::text[])
+      AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE is_paused))
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -90,7 +90,7 @@ RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attemp
 WITH due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs
     WHERE status IN ('queued', 'failed') AND run_at <= now()
-      AND queue = ANY (%(queues)s::text[]) AND queue <> ALL (%(paused)s::text[])
+      AND queue = ANY (%(queues)s::text[]) AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE is_paused))
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

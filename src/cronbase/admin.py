@@ -1,0 +1,96 @@
+"""What operators do to many jobs at once, and the views they search (dashboard, CLI).
+
+Single-job actions (retry, cancel) live on ``app.jobs``; these are the bulk and search ones.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from .db.fetch import fetch_all, fetch_all_async
+from .job import Job, JobStatus
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+def _search_params(
+    status: JobStatus | str | None,
+    queue: str | None,
+    task: str | None,
+    search: str | None,
+    limit: int,
+    offset: int,
+) -> dict[str, Any]:
+    term = (search or "").strip() or None
+    return {
+        "status": JobStatus(status).value if status else None,
+        "queue": queue or None,
+        "task": task or None,
+        "search": term,
+        # LIKE's own wildcards in a key are matched literally.
+        "prefix": None
+        if term is None
+        else term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
+        "limit": limit,
+        "offset": offset,
+    }
+
+
+def search_jobs(
+    app: App,
+    *,
+    status: JobStatus | str | None = None,
+    queue: str | None = None,
+    task: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Job]:
+    """Newest first: filtered, and matching ``search`` as a job id or a key (or key prefix)."""
+    params = _search_params(status, queue, task, search, limit, offset)
+    return [Job.from_row(r) for r in fetch_all(app, app.queries.search_jobs, params)]
+
+
+async def search_jobs_async(
+    app: App,
+    *,
+    status: JobStatus | str | None = None,
+    queue: str | None = None,
+    task: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Job]:
+    params = _search_params(status, queue, task, search, limit, offset)
+    return [Job.from_row(r) for r in await fetch_all_async(app, app.queries.search_jobs, params)]
+
+
+def long_running(
+    app: App, older_than: timedelta = timedelta(minutes=10), limit: int = 100
+) -> list[Job]:
+    """Running jobs started more than ``older_than`` ago, oldest first."""
+    params = {"older_than": older_than, "limit": limit}
+    return [Job.from_row(r) for r in fetch_all(app, app.queries.list_long_running, params)]
+
+
+async def long_running_async(
+    app: App, older_than: timedelta = timedelta(minutes=10), limit: int = 100
+) -> list[Job]:
+    params = {"older_than": older_than, "limit": limit}
+    rows = await fetch_all_async(app, app.queries.list_long_running, params)
+    return [Job.from_row(r) for r in rows]
+
+
+def requeue_dead(app: App, *, task: str | None = None, queue: str | None = None) -> list[int]:
+    """Run dead jobs (of a task, of a queue, or all) again now; returns their ids."""
+    params = {"task": task, "queue": queue, "channel": app.channel}
+    return [r["id"] for r in fetch_all(app, app.queries.requeue_dead_jobs, params)]
+
+
+async def requeue_dead_async(
+    app: App, *, task: str | None = None, queue: str | None = None
+) -> list[int]:
+    params = {"task": task, "queue": queue, "channel": app.channel}
+    return [r["id"] for r in await fetch_all_async(app, app.queries.requeue_dead_jobs, params)]

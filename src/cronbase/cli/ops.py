@@ -1,0 +1,166 @@
+"""``cronbase stats``, ``queues``, ``prune`` and ``check``: the operator's commands."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..audit import cli_actor
+from ..job import JobStatus
+from ..maintenance import PRUNABLE, prune
+from ..stats import Overview
+from .common import EXIT_FAILED, Settings, parse_duration, status_text
+from .main import cli
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    if value < 120:
+        return f"{value:.1f}s"
+    return f"{value / 60:.0f}m" if value < 7200 else f"{value / 3600:.1f}h"
+
+
+def stats_table(overview: Overview) -> Table:
+    table = Table(title="jobs by queue")
+    table.add_column("queue")
+    for status in JobStatus:
+        table.add_column(status_text(status), justify="right")
+    for column in ("oldest wait", "wait p50", "wait p95"):
+        table.add_column(column, justify="right")
+    for q in overview.queues:
+        name = f"{q.queue} (paused)" if q.is_paused else q.queue
+        table.add_row(
+            name,
+            *(str(q.counts[s]) for s in JobStatus),
+            _seconds(q.oldest_wait),
+            _seconds(q.wait_p50),
+            _seconds(q.wait_p95),
+        )
+    return table
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def stats(settings: Settings, as_json: bool) -> None:
+    """Jobs by queue and status, waits, and the last hour's throughput."""
+    overview = settings.app().stats()
+    if as_json:
+        click.echo(json.dumps(overview.to_json(), indent=2))
+        return
+    console = Console(highlight=False, markup=False)
+    console.print(stats_table(overview) if overview.queues else "no jobs")
+    done = sum(m.succeeded for m in overview.minutes)
+    failed = sum(m.failed for m in overview.minutes)
+    console.print(f"last hour: {done} attempts succeeded, {failed} failed")
+
+
+@cli.group()
+def queues() -> None:
+    """Pause and resume queues (workers do not claim from a paused queue)."""
+
+
+@queues.command("list")
+@click.pass_obj
+def list_queues(settings: Settings) -> None:
+    """Queues with jobs, and whether they are paused."""
+    for q in settings.app().queues.list():
+        state = (
+            f"paused since {q.paused_at:%Y-%m-%d %H:%M} by {q.paused_by}"
+            if q.is_paused
+            else "active"
+        )
+        click.echo(f"{q.name}: {state}")
+
+
+@queues.command("pause")
+@click.argument("name")
+@click.pass_obj
+def pause_queue(settings: Settings, name: str) -> None:
+    """Stop workers claiming from queue NAME (running jobs finish)."""
+    app = settings.app()
+    actor = cli_actor()
+    app.queues.pause(name, actor=actor)
+    app.audit.record(actor, "pause_queue", name)
+    click.echo(f"queue {name!r} paused")
+
+
+@queues.command("resume")
+@click.argument("name")
+@click.pass_obj
+def resume_queue(settings: Settings, name: str) -> None:
+    """Let workers claim from queue NAME again."""
+    app = settings.app()
+    app.queues.resume(name)
+    app.audit.record(cli_actor(), "resume_queue", name)
+    click.echo(f"queue {name!r} resumed")
+
+
+@cli.command("prune")
+@click.option(
+    "--older-than",
+    required=True,
+    callback=parse_duration,
+    metavar="AGE",
+    help="Finished longer ago than this, e.g. 7d, 12h.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in PRUNABLE]),
+    help="Only jobs in this status (repeatable). Default: succeeded and cancelled.",
+)
+@click.pass_obj
+def prune_command(settings: Settings, older_than: timedelta, statuses: tuple[str, ...]) -> None:
+    """Delete finished jobs, and their attempt history, older than AGE."""
+    app = settings.app()
+    chosen = list(statuses) or [JobStatus.SUCCEEDED.value, JobStatus.CANCELLED.value]
+    removed = prune(app, older_than, chosen)
+    app.audit.record(
+        cli_actor(), "prune", ",".join(chosen), {"older_than": str(older_than), "removed": removed}
+    )
+    click.echo(f"pruned {removed} jobs ({', '.join(chosen)}) finished more than {older_than} ago")
+
+
+@cli.command()
+@click.option(
+    "--max-dead", type=click.IntRange(min=0), help="Fail when more jobs than this are dead."
+)
+@click.option(
+    "--max-wait",
+    callback=parse_duration,
+    metavar="AGE",
+    help="Fail when a due job has waited longer than this, e.g. 5m.",
+)
+@click.option("--queue", help="Only this queue.")
+@click.pass_context
+def check(
+    ctx: click.Context, max_dead: int | None, max_wait: timedelta | None, queue: str | None
+) -> None:
+    """Exit 1 with the reason when a threshold is crossed (for cron or a monitor), else 0."""
+    if max_dead is None and max_wait is None:
+        raise click.UsageError("give --max-dead and/or --max-wait")
+    settings: Settings = ctx.obj
+    found = [q for q in settings.app().stats().queues if queue is None or q.queue == queue]
+    problems = []
+    if max_dead is not None:
+        dead = sum(q.counts[JobStatus.DEAD] for q in found)
+        if dead > max_dead:
+            problems.append(f"{dead} dead jobs (more than {max_dead})")
+    if max_wait is not None:
+        for q in found:
+            if q.oldest_wait is not None and q.oldest_wait > max_wait.total_seconds():
+                problems.append(
+                    f"queue {q.queue!r}: a job has waited {_seconds(q.oldest_wait)} "
+                    f"(more than {_seconds(max_wait.total_seconds())})"
+                )
+    if problems:
+        click.echo("check failed: " + "; ".join(problems), err=True)
+        ctx.exit(EXIT_FAILED)
+    click.echo("ok")

@@ -1,0 +1,140 @@
+-- The operator's side: queue pauses, the audit log, the overview figures, bulk requeue, prune.
+
+-- name: pause_queue
+INSERT INTO {schema}.queues AS q (name, is_paused, paused_at, paused_by)
+VALUES (%(name)s, true, now(), %(actor)s)
+ON CONFLICT (name) DO UPDATE
+SET is_paused = true, paused_at = now(), paused_by = excluded.paused_by, updated_at = now()
+RETURNING name, is_paused, paused_at, paused_by;
+
+-- name: resume_queue
+UPDATE {schema}.queues
+SET is_paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
+WHERE name = %(name)s
+RETURNING name, is_paused, paused_at, paused_by;
+
+-- name: list_queues
+-- Every queue that has jobs or was ever paused.
+SELECT n.name, COALESCE(q.is_paused, false) AS is_paused, q.paused_at, q.paused_by
+FROM (SELECT DISTINCT queue AS name FROM {schema}.jobs
+      UNION SELECT name FROM {schema}.queues) n
+LEFT JOIN {schema}.queues q USING (name)
+ORDER BY n.name;
+
+-- name: insert_audit
+INSERT INTO {schema}.audit_log (actor, action, target, detail)
+VALUES (%(actor)s, %(action)s, %(target)s, %(detail)s::jsonb)
+RETURNING *;
+
+-- name: list_audit
+SELECT * FROM {schema}.audit_log ORDER BY at DESC, id DESC LIMIT %(limit)s;
+
+-- name: queue_overview
+-- Per queue: counts by status, paused or not, the oldest due job's wait so far, and the wait
+-- (start minus due time) of the jobs started in the last hour at the 50th and 95th percentile.
+WITH counts AS (
+    SELECT queue, jsonb_object_agg(status, n) AS counts
+    FROM (SELECT queue, status, count(*) AS n FROM {schema}.jobs GROUP BY queue, status) c
+    GROUP BY queue
+), oldest AS (
+    SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS oldest_wait
+    FROM {schema}.jobs
+    WHERE status IN ('queued', 'failed') AND run_at <= now()
+    GROUP BY queue
+), waits AS (
+    SELECT queue,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY w) AS wait_p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY w) AS wait_p95
+    FROM (SELECT queue, greatest(extract(epoch FROM started_at - run_at)::float8, 0) AS w
+          FROM {schema}.jobs
+          WHERE started_at > now() - interval '1 hour' AND status <> 'failed') s
+    GROUP BY queue
+), names AS (
+    SELECT queue FROM counts UNION SELECT name FROM {schema}.queues
+)
+SELECT n.queue, COALESCE(c.counts, '{{}}'::jsonb) AS counts,
+       COALESCE(q.is_paused, false) AS is_paused,
+       o.oldest_wait, w.wait_p50, w.wait_p95
+FROM names n
+LEFT JOIN counts c USING (queue)
+LEFT JOIN oldest o USING (queue)
+LEFT JOIN waits w USING (queue)
+LEFT JOIN {schema}.queues q ON q.name = n.queue
+ORDER BY n.queue;
+
+-- name: throughput_by_minute
+-- Attempts ended per minute over the last hour: succeeded, and failed (retrying or dead).
+SELECT date_trunc('minute', finished_at) AS minute,
+       count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE outcome IN ('failed', 'dead', 'lost')) AS failed
+FROM {schema}.job_attempts
+WHERE finished_at > date_trunc('minute', now()) - interval '59 minutes'
+GROUP BY 1
+ORDER BY 1;
+
+-- name: list_long_running
+-- Running jobs started more than %(older_than)s ago: stuck, or slower than anyone expected.
+SELECT * FROM {schema}.jobs
+WHERE status = 'running' AND started_at < now() - %(older_than)s::interval
+ORDER BY started_at
+LIMIT %(limit)s;
+
+-- name: requeue_dead_jobs
+-- Run dead jobs again now (optionally of one task or queue). A dead job whose dedupe key is
+-- held by a waiting or running job stays dead (the key's job will do the work); of several
+-- dead jobs with one dedupe key, the newest is requeued.
+WITH candidates AS (
+    SELECT DISTINCT ON (j.dedupe_key IS NULL, COALESCE(j.dedupe_key, j.id::text)) j.id
+    FROM {schema}.jobs j
+    WHERE j.status = 'dead'
+      AND (%(task)s::text IS NULL OR j.task = %(task)s)
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+      AND (j.dedupe_key IS NULL OR NOT EXISTS (
+          SELECT FROM {schema}.jobs o
+          WHERE o.dedupe_key = j.dedupe_key AND o.status IN ('queued', 'failed', 'running')))
+    ORDER BY j.dedupe_key IS NULL, COALESCE(j.dedupe_key, j.id::text), j.id DESC
+), requeued AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', run_at = now(), max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
+        finished_at = NULL, locked_by = NULL, locked_until = NULL, lease_token = NULL,
+        updated_at = now()
+    FROM candidates c
+    WHERE j.id = c.id AND j.status = 'dead'
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM requeued) q
+)
+SELECT r.id FROM requeued r, (SELECT count(*) FROM notified) n ORDER BY r.id;
+
+-- name: prune_jobs
+-- Delete up to %(limit)s finished jobs of the given statuses that ended before the cutoff
+-- (their attempts go with them: ON DELETE CASCADE). Small batches keep locks and WAL short.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id;
+
+-- name: try_lock_maintenance
+-- One pruner at a time across all workers; the lock is the connection's until unlocked.
+SELECT pg_try_advisory_lock(%(key)s);
+
+-- name: unlock_maintenance
+SELECT pg_advisory_unlock(%(key)s);
+
+-- name: search_jobs
+-- The dashboard's job list: filters, a search by id or key (idempotency, dedupe, or a
+-- schedule slot), newest first, one page at a time.
+SELECT * FROM {schema}.jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(search)s::text IS NULL
+       OR id::text = %(search)s::text
+       OR idempotency_key = %(search)s::text OR dedupe_key = %(search)s::text
+       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s)
+ORDER BY id DESC
+LIMIT %(limit)s OFFSET %(offset)s;

@@ -1,0 +1,370 @@
+"""The effects ledger: a side effect (an email, a charge) happens once, even when its job runs twice.
+
+Jobs run at least once: a worker can die after sending an email but before marking its job done.
+``app.effects.once(key)`` keeps one row per effect in ``cronbase.effects``, keyed by what the
+effect means (``monthly_report:2026-10:ana@example.com``):
+
+- the first caller inserts it as ``processing`` and owns it; on leaving the block it becomes
+  ``done`` (with what ``record()`` stored), or ``failed`` when the block raised;
+- a caller that finds it ``done`` gets ``effect.done == True`` and skips the work;
+- one that finds a fresh ``processing`` row of someone else's gets :class:`EffectInProgress`
+  (inside a job: the job fails and retries later under its backoff);
+- one that finds ``failed``, or ``processing`` older than ``stale_after`` (its owner died, or
+  hangs), takes it over. Before taking over a stale one it asks ``reconcile(key)``, if given,
+  whether the effect did happen after all (the mail provider's log, the payment provider's
+  idempotency key); a result other than None marks it done without running it again.
+
+Every write after the first is a compare-and-set on the owner's token, so two processes never
+both own an effect. What this gives, precisely: an effect inside ``once()`` runs at most once
+while its owner is alive and within ``stale_after``; after an owner dies mid-effect it runs again
+only if ``reconcile`` cannot tell (or is not given): at least once, with deduplication. Effects
+on this same database can be exactly once with ``current_job().transaction()`` instead.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from psycopg.rows import dict_row
+
+from .context import running_job
+from .errors import CronbaseError
+
+if TYPE_CHECKING:
+    from .app import App
+    from .db.queries import Queries
+
+EffectStatus = Literal["processing", "done", "failed"]
+STATUSES: tuple[EffectStatus, ...] = ("processing", "done", "failed")
+DEFAULT_STALE_AFTER = timedelta(minutes=30)
+# Compare-and-set misses in a row before giving up (each means another process moved first).
+MAX_RACES = 5
+
+Result = dict[str, Any]
+Reconcile = Callable[[str], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
+
+
+class EffectError(CronbaseError):
+    """An effect could not be entered or recorded."""
+
+
+class EffectInProgress(EffectError):
+    """Another live owner is performing this effect; try again later."""
+
+
+class EffectNotFoundError(EffectError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no effect with key {key!r}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """One row of ``cronbase.effects``."""
+
+    key: str
+    status: EffectStatus
+    owner: uuid.UUID
+    job_id: int | None
+    attempt: int | None
+    started_at: datetime
+    finished_at: datetime | None
+    result: Result | None
+    error: str | None
+    takeovers: int
+    reconciled: bool
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> EffectRecord:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        out["owner"] = str(self.owner)
+        return out
+
+
+@dataclass
+class Effect:
+    """What a ``once()`` block holds: whether the effect is already done, and ``record()``."""
+
+    key: str
+    done: bool
+    result: Result | None = None
+    taken_over: bool = False
+    reconciled: bool = False
+    _owner: uuid.UUID | None = field(default=None, repr=False)
+    _recorded: Result | None = field(default=None, repr=False)
+
+    def record(self, **result: Any) -> None:
+        """Store what the effect produced (a message id, a charge id); the block then ends done.
+
+        Once recorded, the effect counts as done even if the rest of the block raises.
+        """
+        if self.done:
+            raise EffectError(f"effect {self.key!r} is already done; there is nothing to record")
+        _encode(self.key, result)
+        self._recorded = result
+
+
+def _encode(key: str, result: Mapping[str, Any] | None) -> str | None:
+    if result is None:
+        return None
+    try:
+        return json.dumps(dict(result), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise EffectError(f"effect {key!r}: the result is not JSON-serialisable: {exc}") from None
+
+
+def _busy(key: str, row: Mapping[str, Any], stale_after: timedelta) -> EffectInProgress:
+    who = f"job {row['job_id']} attempt {row['attempt']}" if row["job_id"] else "a caller"
+    return EffectInProgress(
+        f"effect {key!r} is in progress by {who} since {row['started_at']:%Y-%m-%d %H:%M:%S%z} "
+        f"(stale after {stale_after}); try again later"
+    )
+
+
+def _params(key: str, stale_after: timedelta, owner: uuid.UUID) -> dict[str, Any]:
+    job = running_job()
+    return {
+        "key": key,
+        "owner": owner,
+        "stale_after": stale_after,
+        "job_id": job.id if job else None,
+        "attempt": job.attempt if job else None,
+    }
+
+
+def _check(key: str, stale_after: timedelta) -> None:
+    if not key:
+        raise EffectError("effect key must not be empty")
+    if stale_after <= timedelta(0):
+        raise EffectError(f"stale_after must be positive, got {stale_after!r}")
+
+
+def _list_params(status: str | None, limit: int) -> dict[str, Any]:
+    if status is not None and status not in STATUSES:
+        raise EffectError(f"unknown effect status {status!r}; one of: {', '.join(STATUSES)}")
+    return {"status": status, "limit": limit}
+
+
+def _finish_params(effect: Effect, error: BaseException | None) -> dict[str, Any]:
+    recorded = effect._recorded
+    if recorded is not None or error is None:
+        status, result, message = "done", _encode(effect.key, recorded or {}), None
+    else:
+        status, result, message = "failed", None, f"{type(error).__name__}: {error}"[:2000]
+    return {"key": effect.key, "owner": effect._owner, "status": status, "result": result,
+            "error": message}  # fmt: skip
+
+
+def _lost(effect: Effect) -> EffectError:
+    return EffectError(
+        f"effect {effect.key!r} was taken over by another owner before this one finished "
+        "(it ran longer than stale_after); it may have happened twice"
+    )
+
+
+# A step of entering once(): a statement to run (its row is sent back), or RECONCILE (the
+# reconcile callback's answer is sent back). The sync and async shells only run the steps.
+RECONCILE = ("reconcile",)
+Step = tuple[Any, ...]
+
+
+def _entering(
+    q: Queries, key: str, stale_after: timedelta, can_reconcile: bool
+) -> Generator[Step, Any, Effect]:
+    owner = uuid.uuid4()
+    params = _params(key, stale_after, owner)
+    for _ in range(MAX_RACES):
+        row = yield (q.enter_effect, params)
+        if row is None:
+            continue  # the row we waited on committed after our snapshot: look again
+        if row["created"]:
+            return Effect(key, done=False, _owner=owner)
+        if row["status"] == "done":
+            return Effect(key, done=True, result=row["result"], reconciled=row["reconciled"])
+        if row["status"] == "processing" and not row["stale"]:
+            raise _busy(key, row, stale_after)
+        previous = {**params, "previous_owner": row["owner"]}
+        if row["status"] == "processing" and can_reconcile:
+            found = yield RECONCILE
+            if found is not None:
+                result = _encode(key, found)
+                done = yield (q.reconcile_effect, {**previous, "result": result})
+                if done is not None:
+                    return Effect(key, done=True, result=done["result"], reconciled=True)
+                continue  # someone else moved first
+        if (yield (q.take_over_effect, previous)) is not None:
+            return Effect(key, done=False, taken_over=True, _owner=owner)
+    raise EffectInProgress(f"effect {key!r}: other processes kept changing it; try again")
+
+
+class Effects:
+    """``app.effects``: ``once`` / ``once_async``, and ``get``, ``list``, ``forget``."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    # -- sync ------------------------------------------------------------------------------------
+
+    def _row(self, query: bytes, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query, params).fetchone()
+
+    def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:
+        steps = _entering(self.app.queries, key, stale_after, reconcile is not None)
+        try:
+            step = next(steps)
+            while True:
+                if step is RECONCILE:
+                    assert reconcile is not None
+                    found = reconcile(key)
+                    if inspect.isawaitable(found):
+                        if inspect.iscoroutine(found):
+                            found.close()  # or Python warns that it was never awaited
+                        raise EffectError("reconcile= is a coroutine function: use once_async()")
+                    step = steps.send(found)
+                else:
+                    step = steps.send(self._row(*step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    @contextmanager
+    def once(
+        self,
+        key: str,
+        *,
+        stale_after: timedelta = DEFAULT_STALE_AFTER,
+        reconcile: Reconcile | None = None,
+    ) -> Iterator[Effect]:
+        """Perform the effect ``key`` once; see the module docstring.
+
+        >>> with app.effects.once(f"monthly_report:{period}:{email}") as effect:  # doctest: +SKIP
+        ...     if not effect.done:
+        ...         effect.record(message_id=mailer.send(...))
+        """
+        _check(key, stale_after)
+        effect = self._enter(key, stale_after, reconcile)
+        if effect.done:
+            yield effect
+            return
+        try:
+            yield effect
+        except Exception as exc:
+            self._finish(effect, exc)
+            raise
+        # Cancellation, KeyboardInterrupt, SystemExit leave it processing: the effect may be
+        # in flight, so only stale_after (and reconcile) can decide.
+        self._finish(effect, None)
+
+    def _finish(self, effect: Effect, error: BaseException | None) -> None:
+        if self._row(self.app.queries.finish_effect, _finish_params(effect, error)) is None:
+            raise _lost(effect)
+
+    def get(self, key: str) -> EffectRecord:
+        row = self._row(self.app.queries.get_effect, {"key": key})
+        if row is None:
+            raise EffectNotFoundError(key)
+        return EffectRecord.from_row(row)
+
+    def list(self, status: EffectStatus | None = None, limit: int = 100) -> list[EffectRecord]:
+        """Effects, most recently changed first."""
+        params = _list_params(status, limit)
+        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self.app.queries.list_effects, params).fetchall()
+        return [EffectRecord.from_row(r) for r in rows]
+
+    def forget(self, key: str) -> EffectRecord:
+        """Delete the effect's row, so it can happen again (an operator's decision)."""
+        row = self._row(self.app.queries.forget_effect, {"key": key})
+        if row is None:
+            raise EffectNotFoundError(key)
+        return EffectRecord.from_row(row)
+
+    # -- async -----------------------------------------------------------------------------------
+
+    async def _row_async(self, query: bytes, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        pool = await self.app.async_pool()
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query, params)
+            return await cur.fetchone()
+
+    async def _enter_async(
+        self, key: str, stale_after: timedelta, reconcile: Reconcile | None
+    ) -> Effect:
+        steps = _entering(self.app.queries, key, stale_after, reconcile is not None)
+        try:
+            step = next(steps)
+            while True:
+                if step is RECONCILE:
+                    assert reconcile is not None
+                    found = reconcile(key)
+                    if inspect.isawaitable(found):
+                        found = await found
+                    step = steps.send(found)
+                else:
+                    step = steps.send(await self._row_async(*step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    @asynccontextmanager
+    async def once_async(
+        self,
+        key: str,
+        *,
+        stale_after: timedelta = DEFAULT_STALE_AFTER,
+        reconcile: Reconcile | None = None,
+    ) -> AsyncIterator[Effect]:
+        """The async twin of :meth:`once`; ``reconcile`` may be sync or async."""
+        _check(key, stale_after)
+        effect = await self._enter_async(key, stale_after, reconcile)
+        if effect.done:
+            yield effect
+            return
+        try:
+            yield effect
+        except Exception as exc:
+            await self._finish_async(effect, exc)
+            raise
+        await self._finish_async(effect, None)
+
+    async def _finish_async(self, effect: Effect, error: BaseException | None) -> None:
+        row = await self._row_async(self.app.queries.finish_effect, _finish_params(effect, error))
+        if row is None:
+            raise _lost(effect)
+
+    async def get_async(self, key: str) -> EffectRecord:
+        row = await self._row_async(self.app.queries.get_effect, {"key": key})
+        if row is None:
+            raise EffectNotFoundError(key)
+        return EffectRecord.from_row(row)
+
+    async def list_async(
+        self, status: EffectStatus | None = None, limit: int = 100
+    ) -> builtins.list[EffectRecord]:  # builtins: in here, `list` is the method above
+        params = _list_params(status, limit)
+        pool = await self.app.async_pool()
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self.app.queries.list_effects, params)
+            rows = await cur.fetchall()
+        return [EffectRecord.from_row(r) for r in rows]
+
+    async def forget_async(self, key: str) -> EffectRecord:
+        row = await self._row_async(self.app.queries.forget_effect, {"key": key})
+        if row is None:
+            raise EffectNotFoundError(key)
+        return EffectRecord.from_row(row)

@@ -1,0 +1,113 @@
+"""Prometheus metrics: what a worker did (counters, durations) and what the database holds.
+
+Two sources. A worker counts its own events (claimed, finished by status, handler durations,
+lease renewals) in :class:`WorkerMetrics`. :class:`DatabaseCollector` reads queue depth, the
+oldest waiting job's age and worker heartbeat ages from the database at scrape time, so every
+scrape agrees with the tables whichever process serves it. ``cronbase worker --metrics-port N``
+serves both; the dashboard's ``/metrics`` serves the database side.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from .db.fetch import fetch_all
+from .job import JobStatus
+
+if TYPE_CHECKING:
+    from .app import App
+
+logger = logging.getLogger("cronbase")
+
+# Handler durations from a millisecond to an hour.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class DatabaseCollector(Collector):
+    """Queue depth by queue and status, oldest waiting age, pauses, heartbeat ages."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "cronbase_queue_jobs",
+            "Jobs in the table by queue and status",
+            labels=["queue", "status"],
+        )
+        oldest = GaugeMetricFamily(
+            "cronbase_queue_oldest_waiting_seconds",
+            "How long the oldest due job of the queue has waited (0 when none waits)",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "cronbase_queue_paused", "1 when the queue is paused", labels=["queue"]
+        )
+        heartbeat = GaugeMetricFamily(
+            "cronbase_worker_heartbeat_age_seconds",
+            "Seconds since each registered worker last renewed its leases",
+            labels=["worker"],
+        )
+        up = GaugeMetricFamily("cronbase_database_up", "1 when the database answered this scrape")
+        try:
+            overview = self.app.stats()
+            workers = fetch_all(self.app, self.app.queries.list_workers)
+        except Exception as exc:  # a scrape must answer even when the database does not
+            logger.warning("metrics: database unavailable: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        for q in overview.queues:
+            for status in JobStatus:
+                depth.add_metric([q.queue, status.value], q.counts[status])
+            oldest.add_metric([q.queue], q.oldest_wait or 0.0)
+            paused.add_metric([q.queue], 1 if q.is_paused else 0)
+        for w in workers:
+            heartbeat.add_metric([w["id"]], w["heartbeat_age"])
+        up.add_metric([], 1)
+        yield from (depth, oldest, paused, heartbeat, up)
+
+
+class WorkerMetrics:
+    """One worker's own counters; ``registry`` also gets the database collector."""
+
+    def __init__(self, app: App) -> None:
+        self.registry = CollectorRegistry()
+        self.claimed = Counter(
+            "cronbase_jobs_claimed",
+            "Jobs claimed by this worker",
+            ["task", "queue"],
+            registry=self.registry,
+        )
+        self.finished = Counter(
+            "cronbase_jobs_finished",
+            "Attempts this worker finished, by the job's resulting status "
+            "(succeeded, failed = will retry, dead)",
+            ["task", "queue", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "cronbase_job_duration_seconds",
+            "Handler run time",
+            ["task", "queue"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.lease_renewals = Counter(
+            "cronbase_lease_renewals", "Leases this worker renewed", registry=self.registry
+        )
+        self.registry.register(DatabaseCollector(app))
+
+
+def database_registry(app: App) -> CollectorRegistry:
+    """A registry with the database-side metrics only (for the dashboard's /metrics)."""
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(app))
+    return registry

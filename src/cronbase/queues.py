@@ -1,0 +1,72 @@
+"""Queues an operator can pause: workers stop claiming from a paused queue until it is resumed.
+
+Jobs already running in it finish; new jobs can still be enqueued and wait. The pause is a row
+in ``cronbase.queues`` that every claim statement reads, so it takes effect at once everywhere.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .db.fetch import Row, fetch_all, fetch_all_async, fetch_one, fetch_one_async
+from .errors import CronbaseError
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+@dataclass(frozen=True)
+class QueueState:
+    name: str
+    is_paused: bool
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Row) -> QueueState:
+        return cls(row["name"], row["is_paused"], row["paused_at"], row["paused_by"])
+
+
+def _check(name: str) -> None:
+    if not name:
+        raise CronbaseError("queue name must not be empty")
+
+
+class Queues:
+    """``app.queues``: ``pause(name)``, ``resume(name)``, ``list()``, and ``_async`` twins."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def pause(self, name: str, *, actor: str = "api") -> QueueState:
+        _check(name)
+        row = fetch_one(self.app, self.app.queries.pause_queue, {"name": name, "actor": actor})
+        assert row is not None
+        return QueueState.from_row(row)
+
+    async def pause_async(self, name: str, *, actor: str = "api") -> QueueState:
+        _check(name)
+        params = {"name": name, "actor": actor}
+        row = await fetch_one_async(self.app, self.app.queries.pause_queue, params)
+        assert row is not None
+        return QueueState.from_row(row)
+
+    def resume(self, name: str) -> QueueState:
+        _check(name)
+        row = fetch_one(self.app, self.app.queries.resume_queue, {"name": name})
+        return QueueState.from_row(row) if row else QueueState(name, is_paused=False)
+
+    async def resume_async(self, name: str) -> QueueState:
+        _check(name)
+        row = await fetch_one_async(self.app, self.app.queries.resume_queue, {"name": name})
+        return QueueState.from_row(row) if row else QueueState(name, is_paused=False)
+
+    def list(self) -> list[QueueState]:
+        return [QueueState.from_row(r) for r in fetch_all(self.app, self.app.queries.list_queues)]
+
+    async def list_async(self) -> builtins.list[QueueState]:
+        rows = await fetch_all_async(self.app, self.app.queries.list_queues)
+        return [QueueState.from_row(r) for r in rows]

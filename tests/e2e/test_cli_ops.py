@@ -1,0 +1,120 @@
+"""The operator's commands as a user runs them: stats, queues, prune, check, retry --dead, logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.e2e.test_cli import APP, cronbase, ok
+
+
+def enqueue(database_url: str, task: str, payload: str, *extra: str) -> int:
+    return int(
+        ok(cronbase(database_url, "--app", APP, "enqueue", task, "--payload", payload, *extra))
+    )
+
+
+def audit(db: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    return db.execute("SELECT action, target FROM cronbase.audit_log ORDER BY id").fetchall()
+
+
+def test_stats_and_check_on_a_known_workload(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    record = str(tmp_path / "record.txt")
+    for n in range(3):
+        enqueue(database_url, "record", json.dumps({"n": n}))
+    enqueue(database_url, "explode", '{"message": "boom"}')
+    ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=record))
+    enqueue(database_url, "record", '{"n": 9}', "--queue", "later", "--delay", "3600")
+
+    overview = json.loads(ok(cronbase(database_url, "stats", "--json")))
+    counts = {q["queue"]: q["counts"] for q in overview["queues"]}
+    assert counts["default"]["succeeded"] == 3
+    assert counts["default"]["dead"] == 1
+    assert counts["later"]["queued"] == 1
+    assert sum(m["succeeded"] for m in overview["minutes"]) == 3
+    table = ok(cronbase(database_url, "stats"))
+    assert "default" in table
+    assert "last hour: 3 attempts succeeded, 1 failed" in table
+
+    failing = cronbase(database_url, "check", "--max-dead", "0")
+    assert failing.returncode == 1
+    assert "check failed: 1 dead jobs (more than 0)" in failing.stderr
+    assert (
+        ok(cronbase(database_url, "check", "--max-dead", "1", "--max-wait", "5m")).strip() == "ok"
+    )
+    # A due job waiting longer than allowed.
+    db.execute(
+        "UPDATE cronbase.jobs SET run_at = now() - interval '10 minutes' WHERE queue = 'later'"
+    )
+    waiting = cronbase(database_url, "check", "--max-wait", "5m")
+    assert waiting.returncode == 1
+    assert "queue 'later': a job has waited" in waiting.stderr
+    bad = cronbase(database_url, "check", "--max-wait", "5 minutes")
+    assert bad.returncode == 2
+    assert "'5 minutes' is not a duration" in bad.stderr
+
+
+def test_queue_pause_resume_and_the_audit_log(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    record = tmp_path / "record.txt"
+    job_id = enqueue(database_url, "record", '{"n": 1}', "--queue", "reports")
+    assert "paused" in ok(cronbase(database_url, "queues", "pause", "reports"))
+    assert "reports: paused since" in ok(cronbase(database_url, "queues", "list"))
+    ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=str(record)))
+    assert db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [job_id]).fetchone() == (
+        "queued",
+    )
+    ok(cronbase(database_url, "queues", "resume", "reports"))
+    ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=str(record)))
+    assert record.read_text().split() == ["1"]
+    actions = audit(db)
+    assert actions == [("pause_queue", "reports"), ("resume_queue", "reports")]
+    actor = db.execute("SELECT actor FROM cronbase.audit_log LIMIT 1").fetchone()
+    assert actor is not None
+    assert actor[0].startswith("cli:")
+
+
+def test_retry_dead_of_a_task_then_prune(database_url: str, db: psycopg.Connection[Any]) -> None:
+    ids = [enqueue(database_url, "explode", json.dumps({"message": str(n)})) for n in range(2)]
+    ok(cronbase(database_url, "--app", APP, "worker", "--burst"))
+    out = ok(cronbase(database_url, "jobs", "retry", "--dead", "--task", "explode"))
+    assert "2 dead jobs queued again (task=explode)" in out
+    rows = db.execute("SELECT id, status FROM cronbase.jobs ORDER BY id").fetchall()
+    assert rows == [(ids[0], "queued"), (ids[1], "queued")]
+    both = cronbase(database_url, "jobs", "retry", "1", "--dead")
+    assert both.returncode == 2
+
+    ok(cronbase(database_url, "--app", APP, "worker", "--burst"))  # dead again
+    db.execute("UPDATE cronbase.jobs SET finished_at = now() - interval '40 days'")
+    out = ok(cronbase(database_url, "prune", "--older-than", "30d", "--status", "dead"))
+    assert out.startswith("pruned 2 jobs (dead)")
+    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert [a for a, _ in audit(db)] == ["requeue_dead", "prune"]
+
+
+def test_json_logs_carry_the_job_events(database_url: str, tmp_path: Path) -> None:
+    job_id = enqueue(database_url, "record", '{"n": 5}')
+    result = cronbase(
+        database_url,
+        "--log-format",
+        "json",
+        "--app",
+        APP,
+        "worker",
+        "--burst",
+        CLI_TEST_RECORD=str(tmp_path / "record.txt"),
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    mine = [e for e in events if e.get("job_id") == job_id]
+    assert [e["event"] for e in mine] == ["claimed", "succeeded"]
+    assert mine[1]["task"] == "record"
+    assert mine[1]["attempt"] == 1
+    assert mine[1]["duration"] >= 0
+    assert all({"time", "level", "logger", "message"} <= e.keys() for e in events)
