@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
 import threading
@@ -18,7 +19,7 @@ from .db import embedded, migrate, pool
 from .db.notifier import channel_name
 from .db.queries import Queries
 from .effects import Effects
-from .errors import ConfigurationError, UnknownTaskError
+from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .job import Payload
 from .queues import Queues
 from .retry import Backoff
@@ -33,6 +34,9 @@ logger = logging.getLogger("cronbase")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+# What App.defer(name, payload, **options) accepts: Task.configure's keywords.
+_DEFER_OPTIONS = frozenset(inspect.signature(Task.configure).parameters) - {"self"}
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 
@@ -69,6 +73,7 @@ class App:
         self._pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
+        self._async_pool_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -198,12 +203,26 @@ class App:
 
     def defer(self, task_name: str, payload: Payload, **options: Any) -> int:
         """Enqueue a registered task by name (what ``cronbase enqueue`` uses)."""
-        task = self.get_task(task_name)
+        task = self._by_name(task_name, payload, options)
         return task.configure(**options).defer(**payload)
 
     async def defer_async(self, task_name: str, payload: Payload, **options: Any) -> int:
-        task = self.get_task(task_name)
+        task = self._by_name(task_name, payload, options)
         return await task.configure(**options).defer_async(**payload)
+
+    def _by_name(self, task_name: str, payload: Payload, options: dict[str, Any]) -> Task[Any, Any]:
+        task = self.get_task(task_name)
+        unknown = sorted(set(options) - _DEFER_OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown defer option {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(_DEFER_OPTIONS))}"
+            )
+        if not isinstance(payload, dict):
+            raise PayloadError(
+                f"payload for task {task_name!r} must be a JSON object, got {payload!r}"
+            )
+        return task
 
     # -- database --------------------------------------------------------------------------------
 
@@ -218,11 +237,17 @@ class App:
     async def async_pool(self) -> AsyncConnectionPool:
         """The async pool of the running event loop (opened on first use in each loop)."""
         loop = asyncio.get_running_loop()
-        if self._async_pool is None or self._async_pool_loop is not loop:
-            url = await asyncio.to_thread(lambda: self.database_url)
-            self._async_pool = await pool.open_async_pool(url, name=f"cronbase-{self.schema}")
-            self._async_pool_loop = loop
-        return self._async_pool
+        if self._async_pool is not None and self._async_pool_loop is loop:
+            return self._async_pool
+        # One opener per loop: concurrent first calls would each open a pool, leaking all but one.
+        if self._async_pool_lock is None or self._async_pool_lock[0] is not loop:
+            self._async_pool_lock = (loop, asyncio.Lock())
+        async with self._async_pool_lock[1]:
+            if self._async_pool is None or self._async_pool_loop is not loop:
+                url = await asyncio.to_thread(lambda: self.database_url)
+                self._async_pool = await pool.open_async_pool(url, name=f"cronbase-{self.schema}")
+                self._async_pool_loop = loop
+            return self._async_pool
 
     def stats(self) -> Overview:
         """Per queue: jobs by status, waits; attempts per minute over the last hour."""

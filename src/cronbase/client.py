@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import TupleRow, dict_row, tuple_row
 
 from .errors import CronbaseError, JobNotFoundError, JobStateError, PayloadError
 from .job import Job, JobAttempt, JobStatus, Payload
@@ -24,9 +25,16 @@ if TYPE_CHECKING:
     from .app import App
     from .db.queries import Queries
 
+_INT4_MAX = 2**31 - 1  # max_attempts is an integer column
+_REPR_LIMIT = 60  # characters of a bad value shown in a message
+
 # How often a keyed insert is retried when the conflicting row was committed after this
 # statement's snapshot, or finished between the conflict and the look-up.
 _UNIQUE_TRIES = 5
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -44,23 +52,46 @@ class JobOptions:
     on_duplicate: Literal["ignore", "replace"] = "ignore"
 
     def check(self) -> None:
-        if self.run_at is not None and self.delay is not None:
-            raise CronbaseError("give run_at or delay, not both")
-        if self.run_at is not None and self.run_at.tzinfo is None:
-            raise CronbaseError(f"run_at must be timezone-aware, got naive {self.run_at!r}")
+        """Refuse, naming the bad value, an option the database would refuse or misread."""
+        if not isinstance(self.queue, str) or not self.queue:
+            raise CronbaseError(f"queue must be a non-empty string, got {self.queue!r}")
+        if not _is_int(self.priority):
+            raise CronbaseError(f"priority must be an integer, got {self.priority!r}")
         if not -32768 <= self.priority <= 32767:
             raise CronbaseError(f"priority must be within -32768..32767, got {self.priority}")
-        if self.max_attempts < 1:
-            raise CronbaseError(f"max_attempts must be at least 1, got {self.max_attempts}")
-        if self.lease <= timedelta(0):
-            raise CronbaseError(f"lease must be positive, got {self.lease!r}")
-        if not self.queue:
-            raise CronbaseError("queue name must not be empty")
+        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= _INT4_MAX:
+            raise CronbaseError(
+                f"max_attempts must be an integer from 1 to {_INT4_MAX}, got {self.max_attempts!r}"
+            )
+        if not isinstance(self.lease, timedelta) or self.lease <= timedelta(0):
+            raise CronbaseError(f"lease must be a positive timedelta, got {self.lease!r}")
+        if self.run_at is not None and self.delay is not None:
+            raise CronbaseError(
+                f"give run_at or delay, not both (run_at={self.run_at!r}, delay={self.delay!r})"
+            )
+        if self.run_at is not None:
+            if not isinstance(self.run_at, datetime):
+                raise CronbaseError(f"run_at must be a datetime, got {self.run_at!r}")
+            if self.run_at.utcoffset() is None:
+                raise CronbaseError(f"run_at must be timezone-aware, got naive {self.run_at!r}")
+        if self.delay is not None and (
+            not isinstance(self.delay, timedelta) or self.delay < timedelta(0)
+        ):
+            # A negative delay would put the job ahead of others due now: refuse it.
+            raise CronbaseError(f"delay must be a timedelta of zero or more, got {self.delay!r}")
+        for name, key in (
+            ("idempotency_key", self.idempotency_key),
+            ("dedupe_key", self.dedupe_key),
+        ):
+            if key is not None and (not isinstance(key, str) or not key):
+                raise CronbaseError(f"{name} must be a non-empty string, got {key!r}")
         if self.on_duplicate not in ("ignore", "replace"):
             raise CronbaseError(
                 f"on_duplicate must be 'ignore' or 'replace', got {self.on_duplicate!r}"
             )
-        if self.on_duplicate == "replace" and (self.dedupe_key is None or self.idempotency_key):
+        if self.on_duplicate == "replace" and (
+            self.dedupe_key is None or self.idempotency_key is not None
+        ):
             raise CronbaseError("on_duplicate='replace' needs a dedupe_key and no idempotency_key")
 
     @property
@@ -68,12 +99,92 @@ class JobOptions:
         return self.idempotency_key is not None or self.dedupe_key is not None
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
+
+
+class _Unstorable(Exception):
+    """What is wrong with a part of a payload; ``path`` grows as the search unwinds."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        self.path: list[str] = []
+
+    def describe(self) -> str:
+        return "payload" + "".join(reversed(self.path)) + " " + self.why
+
+
+def _text_fault(text: str) -> str | None:
+    if "\x00" in text:
+        return "a NUL character (\\x00), which PostgreSQL cannot store"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a lone surrogate, which is not valid UTF-8"
+    return None
+
+
+def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
+    """Raise _Unstorable where jsonb cannot hold ``value`` as json.dumps would write it."""
+    if isinstance(value, str):
+        fault = _text_fault(value)
+        if fault:
+            raise _Unstorable(f"contains {fault}: {_short(value)}")
+    elif value is None or isinstance(value, int):  # bool is an int
+        pass
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Unstorable(f"is {value!r}, which JSON cannot hold")
+    elif isinstance(value, dict):
+        if id(value) in parents:
+            raise _Unstorable("contains itself")
+        inner = (*parents, id(value))
+        for key, item in value.items():
+            if not isinstance(key, str):
+                # json.dumps would write 1 as "1": the handler would get another payload.
+                raise _Unstorable(f"has the key {_short(key)}; JSON object keys are strings")
+            fault = _text_fault(key)
+            if fault:
+                raise _Unstorable(f"has the key {_short(key)}, which contains {fault}")
+            try:
+                _check_value(item, inner)
+            except _Unstorable as exc:
+                exc.path.append(f"[{key!r}]")
+                raise
+    elif isinstance(value, list | tuple):
+        if id(value) in parents:
+            raise _Unstorable("contains itself")
+        inner = (*parents, id(value))
+        for index, item in enumerate(value):
+            try:
+                _check_value(item, inner)
+            except _Unstorable as exc:
+                exc.path.append(f"[{index}]")
+                raise
+    else:
+        raise _Unstorable(f"is {_short(value)} ({type(value).__name__}), which JSON cannot hold")
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def encode_payload(task: str, payload: Payload) -> str:
-    """JSON text of a payload; refuses what JSON cannot hold, naming the task and the value."""
+    """JSON text of a payload; refuses what jsonb cannot hold, naming the task and the value."""
+    if not isinstance(payload, dict):
+        raise PayloadError(
+            f"payload for task {task!r} must be a JSON object (a dict of the handler's "
+            f"arguments), got {_short(payload)}"
+        )
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"payload for task {task!r} is not JSON: {exc}") from None
+        _check_value(payload)
+        return _ENCODER.encode(payload)
+    except _Unstorable as exc:
+        why = exc.describe()
+    except (TypeError, ValueError, RecursionError) as exc:  # an int too long, nesting too deep
+        why = f"{type(exc).__name__}: {exc}"
+    raise PayloadError(f"payload for task {task!r} cannot be stored as JSON: {why}")
 
 
 def build_insert(
@@ -143,62 +254,81 @@ def _async_conn(connection: object) -> psycopg.AsyncConnection[Any]:
     return connection
 
 
+def _run_sync(
+    conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]
+) -> list[TupleRow]:
+    # The caller's connection may have any row factory (dict_row is common): ask for tuples.
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return cur.execute(query, params).fetchall()
+
+
+async def _run_async(
+    conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
+) -> list[TupleRow]:
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
 def defer_one_sync(
     app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
+    caller = None if connection is None else _sync_conn(connection)
     query, params = build_insert(app.queries, task, opts, payload)
     for _ in range(_UNIQUE_TRIES):
-        if connection is not None:
-            row = _sync_conn(connection).execute(query, params).fetchone()
+        if caller is not None:
+            rows = _run_sync(caller, query, params)
         else:
             with app.pool().connection() as conn:
-                row = conn.execute(query, params).fetchone()
-        if row is not None:
-            return int(row[0])
+                rows = _run_sync(conn, query, params)
+        if rows:
+            return int(rows[0][0])
     raise _keyed_miss(task, opts)
 
 
 async def defer_one_async(
     app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
+    caller = None if connection is None else _async_conn(connection)
     query, params = build_insert(app.queries, task, opts, payload)
     for _ in range(_UNIQUE_TRIES):
-        if connection is not None:
-            cur = await _async_conn(connection).execute(query, params)
-            row = await cur.fetchone()
+        if caller is not None:
+            rows = await _run_async(caller, query, params)
         else:
             async with (await app.async_pool()).connection() as conn:
-                row = await (await conn.execute(query, params)).fetchone()
-        if row is not None:
-            return int(row[0])
+                rows = await _run_async(conn, query, params)
+        if rows:
+            return int(rows[0][0])
     raise _keyed_miss(task, opts)
 
 
 def defer_many_sync(
     app: App, task: str, opts: JobOptions, payloads: Sequence[Payload], connection: object | None
 ) -> list[int]:
+    caller = None if connection is None else _sync_conn(connection)
     if not payloads:
         return []
     query, params = build_insert_many(app.queries, task, opts, payloads)
-    if connection is not None:
-        rows = _sync_conn(connection).execute(query, params).fetchall()
+    if caller is not None:
+        rows = _run_sync(caller, query, params)
     else:
         with app.pool().connection() as conn:
-            rows = conn.execute(query, params).fetchall()
+            rows = _run_sync(conn, query, params)
     return [int(r[0]) for r in rows]
 
 
 async def defer_many_async(
     app: App, task: str, opts: JobOptions, payloads: Sequence[Payload], connection: object | None
 ) -> list[int]:
+    caller = None if connection is None else _async_conn(connection)
     if not payloads:
         return []
     query, params = build_insert_many(app.queries, task, opts, payloads)
-    if connection is not None:
-        rows = await (await _async_conn(connection).execute(query, params)).fetchall()
+    if caller is not None:
+        rows = await _run_async(caller, query, params)
     else:
         async with (await app.async_pool()).connection() as conn:
-            rows = await (await conn.execute(query, params)).fetchall()
+            rows = await _run_async(conn, query, params)
     return [int(r[0]) for r in rows]
 
 
@@ -212,6 +342,13 @@ def _state_error(action: str, job: Job) -> JobStateError:
     allowed = {"retry": "any state but running", "cancel": "queued, failed or running"}[action]
     return JobStateError(
         f"cannot {action} job {job.id}: it is {job.status.value} ({action} needs {allowed})"
+    )
+
+
+def _dedupe_held(job: Job) -> JobStateError:
+    return JobStateError(
+        f"cannot retry job {job.id}: another waiting or running job holds its dedupe_key "
+        f"{job.dedupe_key!r}; cancel that job or wait for it to finish"
     )
 
 
@@ -298,13 +435,26 @@ class Jobs:
 
     def retry(self, job_id: int) -> Job:
         """Run the job again now (any state but running); returns it queued."""
-        rows = self._fetch(self.app.queries.retry_job, self._admin_params(job_id))
+        try:
+            rows = self._fetch(self.app.queries.retry_job, self._admin_params(job_id))
+        except psycopg.errors.UniqueViolation:
+            # Only the dedupe index can clash: the key was taken while this job was finished.
+            job = self.get(job_id)
+            if job.dedupe_key is None:
+                raise
+            raise _dedupe_held(job) from None
         if rows:
             return Job.from_row(rows[0])
         raise _state_error("retry", self.get(job_id))
 
     async def retry_async(self, job_id: int) -> Job:
-        rows = await self._fetch_async(self.app.queries.retry_job, self._admin_params(job_id))
+        try:
+            rows = await self._fetch_async(self.app.queries.retry_job, self._admin_params(job_id))
+        except psycopg.errors.UniqueViolation:
+            job = await self.get_async(job_id)
+            if job.dedupe_key is None:
+                raise
+            raise _dedupe_held(job) from None
         if rows:
             return Job.from_row(rows[0])
         raise _state_error("retry", await self.get_async(job_id))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,7 +30,7 @@ class Backoff:
             raise ValueError(f"Backoff base must be positive, got {self.base!r}")
         if self.cap < self.base:
             raise ValueError(f"Backoff cap {self.cap!r} is below its base {self.base!r}")
-        if self.factor < 1:
+        if not self.factor >= 1:  # also refuses NaN
             raise ValueError(f"Backoff factor must be at least 1, got {self.factor!r}")
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"Backoff jitter must be within 0..1, got {self.jitter!r}")
@@ -39,8 +40,12 @@ class Backoff:
         if attempt < 1:
             raise ValueError(f"attempt numbers start at 1, got {attempt}")
         cap = self.cap.total_seconds()
-        # Exponent clamped so huge attempt counts cannot overflow a float.
-        raw = min(cap, self.base.total_seconds() * self.factor ** min(attempt - 1, 1000))
+        try:
+            # float(): an int factor would build a huge exact int for a big attempt number.
+            growth = float(self.factor) ** (attempt - 1)
+        except OverflowError:  # far past the cap
+            growth = math.inf
+        raw = min(cap, self.base.total_seconds() * growth)
         return (
             timedelta(seconds=raw * (1 - self.jitter)),
             timedelta(seconds=min(cap, raw * (1 + self.jitter))),

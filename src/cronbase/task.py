@@ -62,6 +62,10 @@ class Task(Generic[P, R]):
         A scheduled job's payload carries its slot as ``scheduled_at`` (ISO text): a handler
         that takes the argument gets it as an aware datetime, one that does not never sees it.
         """
+        if not isinstance(payload, dict):
+            raise PayloadError(
+                f"payload for task {self.name!r} must be a JSON object, got {payload!r}"
+            )
         kwargs: dict[str, Any] = dict(payload)
         slot = kwargs.pop(SCHEDULED_AT, None)
         if slot is not None and self._accepts(SCHEDULED_AT):
@@ -166,6 +170,7 @@ class Deferral:
         )
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
+        payloads = list(payloads)  # checked, then inserted: a generator would be used up
         for payload in payloads:
             self.task.check_payload(payload)
         return defer_many_sync(
@@ -173,6 +178,7 @@ class Deferral:
         )
 
     async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
+        payloads = list(payloads)  # checked, then inserted: a generator would be used up
         for payload in payloads:
             self.task.check_payload(payload)
         return await defer_many_async(

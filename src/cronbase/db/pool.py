@@ -40,12 +40,13 @@ def check_url(url: str) -> None:
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        reason = str(exc).strip().splitlines()[0]
+        # libpq's reason can quote the whole URL, password included.
+        reason = masked(str(exc).strip().splitlines()[0])
         raise DatabaseURLError(f"invalid database URL {masked(url)!r}: {reason}") from None
 
 
 def _unreachable(url: str, exc: Exception) -> DatabaseURLError:
-    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+    reason = masked((str(exc).strip().splitlines() or [type(exc).__name__])[-1])
     return DatabaseURLError(f"cannot connect to database {masked(url)!r}: {reason}")
 
 

@@ -24,11 +24,16 @@ WITH ins AS (
 )
 SELECT id, true AS created FROM ins
 UNION ALL
-SELECT id, false AS created FROM {schema}.jobs
-WHERE NOT EXISTS (SELECT FROM ins)
-  AND (idempotency_key = %(idempotency_key)s
-       OR (dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running')))
-LIMIT 1;
+SELECT id, false AS created FROM (
+    -- When the two keys match different jobs, the idempotency key's job is the answer.
+    SELECT id, idempotency_key IS NOT DISTINCT FROM %(idempotency_key)s AS by_key
+    FROM {schema}.jobs
+    WHERE NOT EXISTS (SELECT FROM ins)
+      AND (idempotency_key = %(idempotency_key)s
+           OR (dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running')))
+    ORDER BY by_key DESC
+    LIMIT 1
+) existing;
 
 -- name: upsert_job_replace
 -- Debounce: a waiting job with the same dedupe key gets the new payload, priority and run_at.

@@ -1,0 +1,97 @@
+"""db/queries.py: splitting .sql files into named statements, and rendering them per schema."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cronbase.db import queries
+from cronbase.db.queries import Queries, load_statements, parse_statements, render
+
+TWO = """-- A file comment before any statement is dropped.
+
+-- name: first_one
+-- Its purpose, dropped too.
+SELECT 1;
+
+--name:second_one
+SELECT a
+  -- an inner comment line goes
+FROM t -- a trailing comment stays (PostgreSQL ignores it)
+WHERE b = %(b)s;
+"""
+
+
+def test_statements_are_split_by_name_without_comment_lines_or_semicolons() -> None:
+    assert parse_statements(TWO, "two.sql") == {
+        "first_one": "SELECT 1",
+        "second_one": "SELECT a\nFROM t -- a trailing comment stays (PostgreSQL ignores it)\n"
+        "WHERE b = %(b)s",
+    }
+
+
+def test_a_duplicate_name_is_refused_naming_it_and_the_file() -> None:
+    text = "-- name: same\nSELECT 1;\n-- name: same\nSELECT 2;\n"
+    with pytest.raises(RuntimeError, match=r"duplicate statement name 'same' in dup\.sql"):
+        parse_statements(text, "dup.sql")
+
+
+def test_an_empty_statement_is_refused_naming_it_and_the_file() -> None:
+    text = "-- name: empty\n-- only a comment\n;\n-- name: full\nSELECT 1;\n"
+    with pytest.raises(RuntimeError, match=r"statement 'empty' in empty\.sql is empty"):
+        parse_statements(text, "empty.sql")
+
+
+def test_a_file_without_headers_has_no_statements() -> None:
+    assert parse_statements("SELECT 1;\n", "none.sql") == {}
+
+
+def test_every_declared_statement_is_loaded_and_every_loaded_one_declared() -> None:
+    declared = {name for name, kind in Queries.__annotations__.items() if kind == "bytes"}
+    # What the import loaded (load_statements() over the packaged .sql files) and checked.
+    assert set(Queries.templates) == declared
+    assert declared >= {"insert_job", "claim_jobs", "finish_jobs", "retry_job", "cancel_job"}
+
+
+def test_a_mismatch_between_files_and_queries_fails_naming_both_sides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loaded = dict(load_statements())
+    del loaded["claim_jobs"]
+    loaded["claim_jobz"] = "SELECT 1"
+    monkeypatch.setattr(queries, "load_statements", lambda: loaded)
+    with pytest.raises(
+        RuntimeError, match=r"missing \['claim_jobs'\], undeclared \['claim_jobz'\]"
+    ):
+        queries._check_names()
+
+
+def test_render_quotes_the_schema_and_undoubles_sql_braces() -> None:
+    template = "SELECT '{{}}'::jsonb FROM {schema}.jobs WHERE id = %(id)s"
+    assert (
+        render(template, "cronbase")
+        == b"SELECT '{}'::jsonb FROM \"cronbase\".jobs WHERE id = %(id)s"
+    )
+    assert render("SELECT * FROM {schema}.jobs", 'we"ird') == b'SELECT * FROM "we""ird".jobs'
+
+
+def test_queries_are_rendered_once_per_schema() -> None:
+    assert Queries.for_schema("cronbase") is Queries.for_schema("cronbase")
+    other = Queries.for_schema("tenant_b")
+    assert other is not Queries.for_schema("cronbase")
+    assert b'"tenant_b".jobs' in other.claim_jobs
+    assert b'"cronbase"' not in other.claim_jobs
+
+
+# Every % in a statement must be a named parameter or an escaped %%: psycopg reads any other
+# one as a placeholder and fails at run time, far from the .sql file.
+PERCENT = re.compile(rb"%\(\w+\)s|%%")
+
+
+@pytest.mark.parametrize("name", sorted(Queries.templates))
+def test_every_statement_renders_and_uses_only_named_parameters(name: str) -> None:
+    statement: bytes = getattr(Queries.for_schema("cronbase"), name)
+    assert b"{schema}" not in statement
+    assert b"{{" not in statement
+    assert b"%" not in PERCENT.sub(b"", statement), statement.decode()
