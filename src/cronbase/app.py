@@ -23,7 +23,8 @@ from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .job import Payload
 from .queues import Queues
 from .retry import Backoff
-from .schedule.scheduler import Schedules, ScheduleSpec
+from .schedule.admin import Schedules
+from .schedule.scheduler import ScheduleSpec
 from .stats import Overview, overview, overview_async
 from .task import Task, TaskDefaults
 

@@ -300,3 +300,24 @@ def test_periodic_refuses_a_bad_expression_at_declaration(app: cronbase.App) -> 
 
     with pytest.raises(ScheduleError, match="bad minute field '99'"):
         app.periodic(cron="99 * * * *")(hourly)
+
+
+def test_async_twins_do_the_same(report_app: cronbase.App) -> None:
+    async def main() -> None:
+        added = await report_app.schedules.add_async(
+            "send_weekly_report", cron="0 8 * * MON", payload={"user_id": 1}, key="weekly:1"
+        )
+        assert [s.key for s in await report_app.schedules.list_async()] == ["weekly:1"]
+        assert (await report_app.schedules.pause_async("weekly:1")).is_paused
+        resumed = await report_app.schedules.resume_async("weekly:1")
+        assert not resumed.is_paused
+        assert resumed.next_fire_at == added.next_fire_at  # no Monday 08:00 passed meanwhile
+        assert (await report_app.schedules.get_async("weekly:1")).payload == {"user_id": 1}
+        await report_app.schedules.remove_async("weekly:1")
+        with pytest.raises(ScheduleError, match="no schedule with key 'weekly:1'"):
+            await report_app.schedules.get_async("weekly:1")
+        with pytest.raises(ScheduleError, match="bad hour field '24'"):
+            await report_app.schedules.add_async("ping", cron="0 24 * * *")
+        await report_app.aclose()
+
+    asyncio.run(main())

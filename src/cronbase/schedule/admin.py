@@ -1,0 +1,136 @@
+"""``app.schedules``: schedules kept in the database, added, listed, paused, resumed, removed.
+
+Each call validates first (cron, zone, task, payload), then writes one row in one statement, so
+a refused schedule leaves nothing behind. Every method has an ``_async`` twin.
+"""
+
+from __future__ import annotations
+
+import builtins
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..db.fetch import fetch_all, fetch_all_async, fetch_one, fetch_one_async
+from ..job import Payload
+from .cron import Cron, ScheduleError
+from .scheduler import Schedule, ScheduleSpec, upsert_params
+
+if TYPE_CHECKING:
+    from ..app import App
+
+
+def _found(row: dict[str, Any] | None, key: str) -> Schedule:
+    if row is None:
+        raise ScheduleError(f"no schedule with key {key!r}")
+    return Schedule.from_row(row)
+
+
+class Schedules:
+    """Schedules stored in the database: ``add``, ``list``, ``get``, ``pause``, ``resume``, ``remove``."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def _spec(self, task: str, **options: Any) -> ScheduleSpec:
+        return ScheduleSpec.build(self.app.get_task(task), **options)
+
+    def _now(self) -> datetime:
+        row = fetch_one(self.app, self.app.queries.database_now)
+        assert row is not None
+        return row["now"]  # type: ignore[no-any-return]
+
+    async def _now_async(self) -> datetime:
+        row = await fetch_one_async(self.app, self.app.queries.database_now)
+        assert row is not None
+        return row["now"]  # type: ignore[no-any-return]
+
+    def add(
+        self,
+        task: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        payload: Payload | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+    ) -> Schedule:
+        """Create (or redefine) a schedule kept in the database until removed.
+
+        >>> app.schedules.add("send_weekly_report", cron="0 8 * * MON",  # doctest: +SKIP
+        ...                   tz="America/New_York", payload={"user_id": 12345}, key="weekly:12345")
+        """
+        spec = self._spec(
+            task, cron=cron, tz=tz, key=key, payload=payload, queue=queue, catch_up=catch_up,
+            max_catch_up=max_catch_up,
+        )  # fmt: skip
+        row = fetch_one(
+            self.app, self.app.queries.upsert_schedule, upsert_params(spec, self._now())
+        )
+        return _found(row, spec.key)
+
+    async def add_async(
+        self,
+        task: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        payload: Payload | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+    ) -> Schedule:
+        spec = self._spec(
+            task, cron=cron, tz=tz, key=key, payload=payload, queue=queue, catch_up=catch_up,
+            max_catch_up=max_catch_up,
+        )  # fmt: skip
+        params = upsert_params(spec, await self._now_async())
+        return _found(
+            await fetch_one_async(self.app, self.app.queries.upsert_schedule, params), spec.key
+        )
+
+    def list(self) -> builtins.list[Schedule]:
+        return [Schedule.from_row(r) for r in fetch_all(self.app, self.app.queries.list_schedules)]
+
+    async def list_async(self) -> builtins.list[Schedule]:
+        rows = await fetch_all_async(self.app, self.app.queries.list_schedules)
+        return [Schedule.from_row(r) for r in rows]
+
+    def get(self, key: str) -> Schedule:
+        return _found(fetch_one(self.app, self.app.queries.get_schedule, {"key": key}), key)
+
+    async def get_async(self, key: str) -> Schedule:
+        row = await fetch_one_async(self.app, self.app.queries.get_schedule, {"key": key})
+        return _found(row, key)
+
+    def pause(self, key: str) -> Schedule:
+        return _found(fetch_one(self.app, self.app.queries.pause_schedule, {"key": key}), key)
+
+    async def pause_async(self, key: str) -> Schedule:
+        row = await fetch_one_async(self.app, self.app.queries.pause_schedule, {"key": key})
+        return _found(row, key)
+
+    def resume(self, key: str) -> Schedule:
+        """Fire again from the next slot after now; slots missed while paused are skipped."""
+        current = self.get(key)
+        following = Cron.parse(current.cron, current.tz).next_after(self._now())
+        params = {"key": key, "next_fire_at": following}
+        return _found(fetch_one(self.app, self.app.queries.resume_schedule, params), key)
+
+    async def resume_async(self, key: str) -> Schedule:
+        current = await self.get_async(key)
+        following = Cron.parse(current.cron, current.tz).next_after(await self._now_async())
+        params = {"key": key, "next_fire_at": following}
+        return _found(
+            await fetch_one_async(self.app, self.app.queries.resume_schedule, params), key
+        )
+
+    def remove(self, key: str) -> None:
+        if fetch_one(self.app, self.app.queries.remove_schedule, {"key": key}) is None:
+            raise ScheduleError(f"no schedule with key {key!r}")
+
+    async def remove_async(self, key: str) -> None:
+        if await fetch_one_async(self.app, self.app.queries.remove_schedule, {"key": key}) is None:
+            raise ScheduleError(f"no schedule with key {key!r}")
