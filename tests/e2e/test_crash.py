@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,29 +17,10 @@ from tests.e2e.harness import (
     history,
     is_registered,
     job_row,
-    reset_test_tables,
     set_flag,
 )
-from tests.e2e.worker_app import make_app
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def workers(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> Iterator[WorkerProcesses]:
-    reset_test_tables(db)
-    with WorkerProcesses(database_url, tmp_path) as processes:
-        yield processes
-
-
-@pytest.fixture
-def tasks(database_url: str, db: psycopg.Connection[Any]) -> Iterator[cronbase.App]:
-    """The worker processes' app, on the test database, for deferring its tasks."""
-    app = make_app(database_url)
-    yield app
-    app.close()
 
 
 def test_a_job_whose_worker_is_killed_is_finished_by_another_after_the_lease(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,30 +11,12 @@ import pytest
 
 import cronbase
 from tests.conftest import wait_for
-from tests.e2e.harness import WorkerProcesses, is_registered, reset_test_tables
-from tests.e2e.worker_app import make_app
+from tests.e2e.harness import WorkerProcesses, is_registered
 
 pytestmark = pytest.mark.slow
 
 JOBS = 1000
 WORKERS = ("A", "B", "C")
-
-
-@pytest.fixture
-def workers(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
-) -> Iterator[WorkerProcesses]:
-    reset_test_tables(db)
-    with WorkerProcesses(database_url, tmp_path) as processes:
-        yield processes
-
-
-@pytest.fixture
-def tasks(database_url: str, db: psycopg.Connection[Any]) -> Iterator[cronbase.App]:
-    """The worker processes' app, on the test database, for deferring its tasks."""
-    app = make_app(database_url)
-    yield app
-    app.close()
 
 
 def count(db: psycopg.Connection[Any], query: str) -> int:

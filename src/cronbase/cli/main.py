@@ -13,8 +13,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 import click
 import psycopg
@@ -38,6 +39,25 @@ from .common import (
 )
 
 logger = logging.getLogger("cronbase")
+
+
+def run_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--queue`` (repeatable) and ``--concurrency``, shared by ``worker`` and ``tick``."""
+    command = click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        default=10,
+        show_default=True,
+        help="Jobs run at once.",
+    )(command)
+    return click.option(
+        "--queue",
+        "queues",
+        multiple=True,
+        metavar="Q",
+        help="Run jobs of this queue only (repeatable; default all).",
+    )(command)
+
 
 # How long handler threads may take to notice the worker has stopped before the process leaves
 # without them (a sync handler cannot be interrupted; see _exit_if_handlers_linger).
@@ -107,20 +127,7 @@ def migrate(settings: Settings) -> None:
 
 @cli.command()
 @app_option
-@click.option(
-    "--queue",
-    "queues",
-    multiple=True,
-    metavar="Q",
-    help="Only this queue (repeatable; default all).",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Jobs run at once.",
-)
+@run_options
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")
 @click.option(
     "--metrics-port",
@@ -189,20 +196,7 @@ def worker(
 
 @cli.command()
 @app_option
-@click.option(
-    "--queue",
-    "queues",
-    multiple=True,
-    metavar="Q",
-    help="Run jobs of this queue only (repeatable; default all).",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Jobs run at once.",
-)
+@run_options
 @click.option("--no-run", is_flag=True, help="Only create the due jobs; leave them to workers.")
 @click.pass_obj
 def tick(settings: Settings, queues: tuple[str, ...], concurrency: int, no_run: bool) -> None:
