@@ -5,7 +5,7 @@ PYTHON = python3
 VENV = .venv
 STAMP = $(VENV)/.cronbase-installed
 
-.PHONY: demo test check
+.PHONY: demo test check screenshots
 
 demo: $(STAMP)
 	$(VENV)/bin/cronbase demo
@@ -22,3 +22,6 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+screenshots: $(STAMP)
+	CRONBASE_SCREENSHOTS=docs/screenshots $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/browser/test_screenshots.py

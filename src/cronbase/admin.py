@@ -68,17 +68,18 @@ async def search_jobs_async(
 
 
 def long_running(
-    app: App, older_than: timedelta = timedelta(minutes=10), limit: int = 100
+    app: App, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
 ) -> list[Job]:
-    """Running jobs started more than ``older_than`` ago, oldest first."""
-    params = {"older_than": older_than, "limit": limit}
+    """Running jobs started more than ``older_than`` ago or ``leases`` of their own leases ago
+    (their lease renewed that many times), oldest first."""
+    params = {"older_than": older_than, "leases": leases, "limit": limit}
     return [Job.from_row(r) for r in fetch_all(app, app.queries.list_long_running, params)]
 
 
 async def long_running_async(
-    app: App, older_than: timedelta = timedelta(minutes=10), limit: int = 100
+    app: App, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
 ) -> list[Job]:
-    params = {"older_than": older_than, "limit": limit}
+    params = {"older_than": older_than, "leases": leases, "limit": limit}
     rows = await fetch_all_async(app, app.queries.list_long_running, params)
     return [Job.from_row(r) for r in rows]
 

@@ -159,6 +159,19 @@ def test_long_running_lists_old_running_jobs(
     )
     assert [j.id for j in admin.long_running(app, older_than=timedelta(minutes=30))] == [old]
     assert {j.id for j in admin.long_running(app, older_than=timedelta(0))} == {old, new}
+    # 20 seconds on a 1-second lease: renewed 20 times, far beyond what was expected of it.
+    short = slow.configure(lease=timedelta(seconds=1)).defer()
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'running', attempts = 1, lease_token = gen_random_uuid(),"
+        " locked_until = now() + interval '1 second', started_at = now() - interval '20 seconds'"
+        " WHERE id = %s",
+        [short],
+    )
+    found = admin.long_running(app, older_than=timedelta(minutes=30))
+    assert [j.id for j in found] == [old, short]
+    assert [j.id for j in admin.long_running(app, older_than=timedelta(minutes=30), leases=30)] == [
+        old
+    ]
 
 
 def _fill(db: psycopg.Connection[Any]) -> None:

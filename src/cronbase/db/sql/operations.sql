@@ -73,9 +73,13 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: list_long_running
--- Running jobs started more than %(older_than)s ago: stuck, or slower than anyone expected.
+-- Running jobs started more than %(older_than)s ago, or running for more than %(leases)s of their
+-- own leases (the heartbeat has renewed the lease that many times): stuck, or slower than anyone
+-- expected. A job with a short lease is noticed long before the fixed threshold.
 SELECT * FROM {schema}.jobs
-WHERE status = 'running' AND started_at < now() - %(older_than)s::interval
+WHERE status = 'running'
+  AND (started_at < now() - %(older_than)s::interval
+       OR started_at < now() - lease * %(leases)s::int)
 ORDER BY started_at
 LIMIT %(limit)s;
 

@@ -1,0 +1,138 @@
+"""What an operator can do from the dashboard (POST only, CSRF-checked, each one audited).
+
+Every action runs the same steps (:meth:`Actions._run`): check the CSRF token, do the change
+through the library, write who did what to the audit log, then send the browser to the page
+that shows the result (or, when the library refuses, say why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from .. import admin
+from ..app import App
+from ..errors import CronbaseError, JobNotFoundError
+from .auth import actor
+from .csrf import CsrfTokens
+from .pages import job_id_of
+from .render import Renderer, is_htmx, query, route_path
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an action did: for the audit log, and where the browser goes next."""
+
+    target: str
+    detail: dict[str, Any]
+    route: str
+    params: dict[str, Any]
+    notice: str
+    count: int | None = None
+
+
+async def _field(request: Request, name: str) -> str:
+    value = (await request.form()).get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise HTTPException(400, f"the form field {name!r} is missing")
+    return value.strip()
+
+
+class Actions:
+    def __init__(self, app: App, renderer: Renderer, tokens: CsrfTokens) -> None:
+        self.app = app
+        self.renderer = renderer
+        self.tokens = tokens
+
+    async def _run(
+        self, request: Request, action: str, change: Callable[[str], Awaitable[Done]]
+    ) -> Response:
+        await self.tokens.check(request)
+        who = actor(request)
+        try:
+            done = await change(who)
+        except JobNotFoundError as exc:
+            return self.renderer.error(request, 404, str(exc))
+        except CronbaseError as exc:  # refused: a job's state, an unknown schedule key, ...
+            return self.renderer.error(request, 409, str(exc))
+        await self.app.audit.record_async(who, action, done.target, done.detail)
+        shown = {"done": done.notice, "count": done.count}
+        url = route_path(request, done.route, **done.params) + query(**shown)
+        if is_htmx(request):
+            # A whole new page (htmx would follow a 303 inside its request and keep the URL).
+            return Response(status_code=204, headers={"HX-Redirect": url})
+        return RedirectResponse(url, status_code=303)
+
+    async def retry_job(self, request: Request) -> Response:
+        job_id = job_id_of(request)
+
+        async def change(who: str) -> Done:
+            job = await self.app.jobs.retry_async(job_id)
+            detail = {"task": job.task, "queue": job.queue, "attempts": job.attempts}
+            return Done(f"job:{job_id}", detail, "job", {"job_id": job_id}, "retried")
+
+        return await self._run(request, "job.retry", change)
+
+    async def cancel_job(self, request: Request) -> Response:
+        job_id = job_id_of(request)
+
+        async def change(who: str) -> Done:
+            job = await self.app.jobs.cancel_async(job_id)
+            detail = {"task": job.task, "queue": job.queue, "attempts": job.attempts}
+            return Done(f"job:{job_id}", detail, "job", {"job_id": job_id}, "cancelled")
+
+        return await self._run(request, "job.cancel", change)
+
+    async def requeue_dead(self, request: Request) -> Response:
+        task = await _field(request, "task")
+
+        async def change(who: str) -> Done:
+            ids = await admin.requeue_dead_async(self.app, task=task)
+            detail = {"count": len(ids), "job_ids": ids[:100]}
+            return Done(f"task:{task}", detail, "dead", {}, "requeued", len(ids))
+
+        return await self._run(request, "dead.requeue", change)
+
+    async def pause_queue(self, request: Request) -> Response:
+        name = await _field(request, "queue")
+
+        async def change(who: str) -> Done:
+            await self.app.queues.pause_async(name, actor=who)
+            return Done(f"queue:{name}", {}, "overview", {}, "queue-paused")
+
+        return await self._run(request, "queue.pause", change)
+
+    async def resume_queue(self, request: Request) -> Response:
+        name = await _field(request, "queue")
+
+        async def change(who: str) -> Done:
+            await self.app.queues.resume_async(name)
+            return Done(f"queue:{name}", {}, "overview", {}, "queue-resumed")
+
+        return await self._run(request, "queue.resume", change)
+
+    async def pause_schedule(self, request: Request) -> Response:
+        key = await _field(request, "key")
+
+        async def change(who: str) -> Done:
+            schedule = await asyncio.to_thread(self.app.schedules.pause, key)
+            detail = {"task": schedule.task, "cron": schedule.cron, "tz": schedule.tz}
+            return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-paused")
+
+        return await self._run(request, "schedule.pause", change)
+
+    async def resume_schedule(self, request: Request) -> Response:
+        key = await _field(request, "key")
+
+        async def change(who: str) -> Done:
+            schedule = await asyncio.to_thread(self.app.schedules.resume, key)
+            detail = {"next_fire_at": schedule.next_fire_at.isoformat()}
+            return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-resumed")
+
+        return await self._run(request, "schedule.resume", change)

@@ -1,0 +1,121 @@
+"""``create_app(app)``: the dashboard as a Starlette application, to serve or to mount.
+
+Layers, outermost first: security headers on every response; authentication (who is asking,
+see auth.py); the CSRF cookie (csrf.py); then the routes: pages.py (GET) and actions.py (POST).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..app import App
+from ..errors import ConfigurationError
+from .actions import Actions
+from .auth import AuthMiddleware, Credentials
+from .csrf import CsrfCookieMiddleware, CsrfTokens
+from .pages import Pages
+from .render import Renderer
+
+STATIC = Path(__file__).parent / "static"
+
+# No inline script or style anywhere, so the policy can forbid them: an injected tag cannot run.
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",
+}
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    if name not in headers:
+                        headers[name] = value
+                if headers.get("content-type", "").startswith("text/html"):
+                    # Pages are live figures; the static files may be cached (they revalidate).
+                    headers["cache-control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(
+    app: App,
+    *,
+    auth: Credentials | None = None,
+    long_running_after: timedelta = timedelta(minutes=10),
+    page_size: int = 50,
+    csrf_secret: bytes | None = None,
+    debug: bool = False,
+) -> Starlette:
+    """The dashboard of ``app`` as an ASGI application.
+
+    Without ``auth`` it answers loopback clients only (403 to any other address); with
+    :class:`Credentials` every request must present them. ``long_running_after`` is the default
+    threshold of the "running longer than expected" page. Give ``csrf_secret`` when several
+    processes serve one address. The ``App``'s pools stay yours to close.
+
+    >>> from starlette.routing import Mount  # doctest: +SKIP
+    >>> web = Starlette(routes=[Mount("/jobs-admin", create_app(app, auth=Credentials(...)))])
+    """
+    if long_running_after <= timedelta(0):
+        raise ConfigurationError(f"long_running_after must be positive, got {long_running_after!r}")
+    if page_size < 1:
+        raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
+    renderer = Renderer()
+    pages = Pages(app, renderer, long_running_after=long_running_after, page_size=page_size)
+    actions = Actions(app, renderer, CsrfTokens(csrf_secret))
+    routes = [
+        Route("/", pages.overview, name="overview"),
+        Route("/jobs", pages.jobs, name="jobs"),
+        Route("/jobs/{job_id:int}", pages.job, name="job"),
+        Route("/dead", pages.dead, name="dead"),
+        Route("/long-running", pages.long_running, name="long_running"),
+        Route("/schedules", pages.schedules, name="schedules"),
+        Route("/effects", pages.effects, name="effects"),
+        Route("/audit", pages.audit, name="audit"),
+        Route("/metrics", pages.metrics, name="metrics"),
+        Route("/jobs/{job_id:int}/retry", actions.retry_job, methods=["POST"], name="retry_job"),
+        Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="cancel_job"),
+        Route("/dead/requeue", actions.requeue_dead, methods=["POST"], name="requeue_dead"),
+        Route("/queues/pause", actions.pause_queue, methods=["POST"], name="pause_queue"),
+        Route("/queues/resume", actions.resume_queue, methods=["POST"], name="resume_queue"),
+        Route("/schedules/pause", actions.pause_schedule, methods=["POST"], name="pause_schedule"),
+        Route(
+            "/schedules/resume", actions.resume_schedule, methods=["POST"], name="resume_schedule"
+        ),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = [
+        Middleware(SecurityHeadersMiddleware),
+        Middleware(AuthMiddleware, credentials=auth),
+        Middleware(CsrfCookieMiddleware, tokens=actions.tokens),
+    ]
+    return Starlette(
+        debug=debug,
+        routes=routes,
+        middleware=middleware,
+        exception_handlers=renderer.exception_handlers(),
+    )

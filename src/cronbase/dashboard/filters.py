@@ -1,0 +1,79 @@
+"""How the templates show values: times, durations, JSON, tracebacks (pure functions)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+TRACEBACK_LINES = 30  # the last lines of a traceback shown at first; the rest on demand
+
+
+def when(moment: datetime | None) -> str:
+    """A UTC time for people, to the second."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+
+
+def local(moment: datetime | None) -> str:
+    """A time already in the zone it should be read in (a schedule's)."""
+    return moment.strftime("%Y-%m-%d %H:%M %Z") if moment else ""
+
+
+def duration(value: timedelta | float | None) -> str:
+    """``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``, ``3 d 4 h``; empty for None."""
+    if value is None:
+        return ""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def since(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long ago ``moment`` was (``duration``), empty for None."""
+    if moment is None:
+        return ""
+    return duration((now or datetime.now(UTC)) - moment)
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def shorten(text: str | None, limit: int = 120) -> str:
+    if not text:
+        return ""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def trim_traceback(text: str | None, keep: int = TRACEBACK_LINES) -> tuple[str, int]:
+    """The last ``keep`` lines of a traceback (where the error is) and how many were left out."""
+    if not text:
+        return "", 0
+    lines = text.rstrip().splitlines()
+    if len(lines) <= keep:
+        return "\n".join(lines), 0
+    return "\n".join(lines[-keep:]), len(lines) - keep
+
+
+FILTERS = {
+    "when": when,
+    "local": local,
+    "duration": duration,
+    "since": since,
+    "pretty_json": pretty_json,
+    "compact_json": compact_json,
+    "shorten": shorten,
+}

@@ -1,0 +1,227 @@
+"""The dashboard's pages (GET): overview, job lists, a job, dead and long-running jobs,
+schedules, effects, the audit log, and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import admin
+from ..app import App
+from ..effects import STATUSES as EFFECT_STATUSES
+from ..errors import JobNotFoundError
+from ..job import JobStatus
+from ..metrics import database_registry
+from . import filters
+from .charts import throughput_svg
+from .render import Renderer
+
+# The dead page counts dead jobs per task over at most this many of the newest.
+DEAD_TASKS_SCAN = 1000
+LIST_LIMIT = 200  # rows on the effects and audit pages
+BIGINT_MAX = 2**63 - 1
+PAGE_MAX = 1_000_000
+
+
+def _status(request: Request) -> JobStatus | None:
+    value = request.query_params.get("status") or None
+    if value is None:
+        return None
+    try:
+        return JobStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in JobStatus)
+        raise HTTPException(400, f"unknown status {value!r}; one of: {known}") from None
+
+
+def job_id_of(request: Request) -> int:
+    job_id: int = request.path_params["job_id"]
+    if job_id > BIGINT_MAX:  # the database would refuse to compare it
+        raise HTTPException(404, f"no job with id {job_id}")
+    return job_id
+
+
+def _positive_int(request: Request, name: str, default: int) -> int:
+    value = request.query_params.get(name) or str(default)
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= PAGE_MAX):
+        raise HTTPException(
+            400, f"{name} must be a whole number from 1 to {PAGE_MAX}, got {value!r}"
+        )
+    return int(value)
+
+
+class Pages:
+    def __init__(
+        self, app: App, renderer: Renderer, *, long_running_after: timedelta, page_size: int
+    ) -> None:
+        self.app = app
+        self.renderer = renderer
+        self.long_running_after = long_running_after
+        self.page_size = page_size
+        self.registry = database_registry(app)
+
+    async def overview(self, request: Request) -> Response:
+        stats = await self.app.stats_async()
+        minutes = stats.minutes
+        hour_ok = sum(m.succeeded for m in minutes)
+        hour_failed = sum(m.failed for m in minutes)
+        context = {
+            "section": "overview",
+            "stats": stats,
+            "totals": stats.totals(),
+            "statuses": list(JobStatus),
+            "chart": throughput_svg(minutes),
+            "hour_ok": hour_ok,
+            "hour_failed": hour_failed,
+            "per_minute_ok": hour_ok / 60,
+            "per_minute_failed": hour_failed / 60,
+            "last_minute": minutes[-1] if minutes else None,
+        }
+        return self.renderer.page(request, "overview.html", context)
+
+    async def _job_list(
+        self, request: Request, *, section: str, status: JobStatus | None
+    ) -> dict[str, Any]:
+        params = request.query_params
+        queue = params.get("queue") or None
+        task = params.get("task") or None
+        search = (params.get("q") or "").strip() or None
+        page = _positive_int(request, "page", 1)
+        found = await admin.search_jobs_async(
+            self.app,
+            status=status,
+            queue=queue,
+            task=task,
+            search=search,
+            limit=self.page_size + 1,  # one more, to know whether there is a next page
+            offset=(page - 1) * self.page_size,
+        )
+        queues = await self.app.queues.list_async()
+        return {
+            "section": section,
+            "jobs": found[: self.page_size],
+            "has_next": len(found) > self.page_size,
+            "page": page,
+            "first_row": (page - 1) * self.page_size + 1,
+            "filters": {
+                "status": status.value if status else "",
+                "queue": queue or "",
+                "task": task or "",
+                "q": search or "",
+            },
+            "statuses": list(JobStatus),
+            "queue_names": [q.name for q in queues],
+            "task_names": sorted(self.app.tasks),
+        }
+
+    async def jobs(self, request: Request) -> Response:
+        context = await self._job_list(request, section="jobs", status=_status(request))
+        return self.renderer.page(request, "jobs.html", {**context, "list_route": "jobs"})
+
+    async def dead(self, request: Request) -> Response:
+        context = await self._job_list(request, section="dead", status=JobStatus.DEAD)
+        newest = await admin.search_jobs_async(
+            self.app, status=JobStatus.DEAD, limit=DEAD_TASKS_SCAN
+        )
+        per_task = Counter(job.task for job in newest)
+        context.update(
+            list_route="dead",
+            dead_tasks=sorted(per_task.items()),
+            dead_scan_full=len(newest) >= DEAD_TASKS_SCAN,
+            dead_scan_limit=DEAD_TASKS_SCAN,
+        )
+        return self.renderer.page(request, "jobs.html", context)
+
+    async def job(self, request: Request) -> Response:
+        job_id = job_id_of(request)
+        try:
+            job = await self.app.jobs.get_async(job_id)
+        except JobNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from None
+        attempts = await self.app.jobs.attempts_async(job_id)
+        shown = []
+        for attempt in reversed(attempts):  # newest first: the one an operator came for
+            traceback, trimmed = filters.trim_traceback(attempt.traceback)
+            took = (
+                attempt.finished_at - attempt.started_at if attempt.started_at is not None else None
+            )
+            shown.append(
+                {
+                    "attempt": attempt,
+                    "took": took,
+                    "traceback": traceback,
+                    "trimmed": trimmed,
+                }
+            )
+        context = {
+            "section": "jobs",
+            "job": job,
+            "attempts": shown,
+            "can_retry": job.status is not JobStatus.RUNNING,
+            "can_cancel": job.status in (JobStatus.QUEUED, JobStatus.FAILED, JobStatus.RUNNING),
+            "now": datetime.now(UTC),
+        }
+        return self.renderer.page(request, "job.html", context)
+
+    async def long_running(self, request: Request) -> Response:
+        raw = request.query_params.get("minutes")
+        if raw:
+            try:
+                minutes = float(raw)
+            except ValueError:
+                minutes = -1.0
+            if not 0 <= minutes < 1e6:
+                raise HTTPException(400, f"minutes must be a number of 0 or more, got {raw!r}")
+            threshold = timedelta(minutes=minutes)
+        else:
+            threshold = self.long_running_after
+        found = await admin.long_running_async(self.app, older_than=threshold)
+        context = {
+            "section": "long_running",
+            "jobs": found,
+            "threshold": threshold,
+            "minutes": f"{threshold.total_seconds() / 60:g}",
+            "now": datetime.now(UTC),
+        }
+        return self.renderer.page(request, "long_running.html", context)
+
+    async def schedules(self, request: Request) -> Response:
+        found = await asyncio.to_thread(self.app.schedules.list)
+        rows = [
+            {"schedule": s, "last": s.local(s.last_fired_at), "next": s.local(s.next_fire_at)}
+            for s in found
+        ]
+        return self.renderer.page(request, "schedules.html", {"section": "schedules", "rows": rows})
+
+    async def effects(self, request: Request) -> Response:
+        status = request.query_params.get("status") or None
+        if status is not None and status not in EFFECT_STATUSES:
+            known = ", ".join(EFFECT_STATUSES)
+            raise HTTPException(400, f"unknown effect status {status!r}; one of: {known}")
+        # status: narrowed to an EffectStatus by the check above.
+        found = await self.app.effects.list_async(status, LIST_LIMIT)
+        context = {
+            "section": "effects",
+            "effects": found,
+            "status": status or "",
+            "statuses": EFFECT_STATUSES,
+            "limit": LIST_LIMIT,
+        }
+        return self.renderer.page(request, "effects.html", context)
+
+    async def audit(self, request: Request) -> Response:
+        entries = await self.app.audit.list_async(limit=LIST_LIMIT)
+        context = {"section": "audit", "entries": entries, "limit": LIST_LIMIT}
+        return self.renderer.page(request, "audit.html", context)
+
+    async def metrics(self, request: Request) -> Response:
+        # The collector queries the database with the sync pool: keep it off the event loop.
+        body = await asyncio.to_thread(generate_latest, self.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,108 @@
+"""Rendering pages: the Jinja2 environment (autoescape on), what every page gets, error pages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.templating import Jinja2Templates
+from starlette.types import ExceptionHandler
+
+from . import filters
+from .auth import actor
+from .csrf import FIELD, token
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+# What ?done= after an action may say: fixed texts, so a link cannot put words on the page.
+NOTICES = {
+    "retried": "Job queued again; it runs as soon as a worker is free.",
+    "cancelled": "Job cancelled.",
+    "requeued": "{count} dead job(s) queued again.",
+    "queue-paused": "Queue paused: workers take no more of its jobs until it is resumed.",
+    "queue-resumed": "Queue resumed.",
+    "schedule-paused": "Schedule paused: its slots are skipped until it is resumed.",
+    "schedule-resumed": "Schedule resumed from its next slot.",
+}
+
+
+def route_path(request: Request, name: str, /, **params: Any) -> str:
+    """The path of one of the dashboard's routes, under the prefix it is mounted at.
+
+    Looked up in the dashboard's own router: ``request.url_for`` would ask the outermost
+    application's router, which names the dashboard's routes differently when it is mounted.
+    """
+    path = request.app.router.url_path_for(name, **params)
+    return str(request.scope.get("root_path", "")).rstrip("/") + str(path)
+
+
+@jinja2.pass_context
+def path_for(context: Mapping[str, Any], name: str, /, **params: Any) -> str:
+    return route_path(context["request"], name, **params)
+
+
+def query(**params: Any) -> str:
+    """``?a=1&b=2`` of the parameters that have a value (empty when none)."""
+    kept = {k: v for k, v in params.items() if v not in (None, "")}
+    return "?" + urlencode(kept) if kept else ""
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+def notice(request: Request) -> str | None:
+    text = NOTICES.get(request.query_params.get("done", ""))
+    if text is None:
+        return None
+    count = request.query_params.get("count", "0")
+    return text.format(count=int(count) if count.isascii() and count.isdigit() else 0)
+
+
+class Renderer:
+    def __init__(self) -> None:
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        env.filters.update(filters.FILTERS)
+        env.globals.update(path_for=path_for, query=query, csrf_field=FIELD)
+        self.templates = Jinja2Templates(env=env)
+
+    def page(
+        self, request: Request, name: str, context: dict[str, Any], status_code: int = 200
+    ) -> Response:
+        shown = {
+            "csrf_token": token(request),
+            "actor": actor(request),
+            "notice": notice(request),
+            "section": "",
+            **context,
+        }
+        return self.templates.TemplateResponse(request, name, shown, status_code=status_code)
+
+    def error(self, request: Request, status_code: int, message: str) -> Response:
+        """An error: a page, or for an htmx action a message put in the page's flash area."""
+        if is_htmx(request):
+            html = self.templates.get_template("_flash.html").render(message=message)
+            headers = {"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"}
+            return HTMLResponse(html, headers=headers)
+        return self.page(
+            request, "error.html", {"status": status_code, "message": message}, status_code
+        )
+
+    def exception_handlers(self) -> dict[Any, ExceptionHandler]:
+        async def http_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            return self.error(request, exc.status_code, exc.detail)
+
+        return {HTTPException: http_error}

@@ -1,0 +1,185 @@
+"""The dashboard in headless Chromium: what an operator sees and does, on the real database."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from playwright.sync_api import Page, expect
+
+import cronbase
+from tests.browser import dashboard_app
+from tests.browser.conftest import audit_rows, run_burst, start_thread, status_of
+from tests.conftest import wait_for
+
+LOOPBACK_ACTOR = "dashboard@127.0.0.1"
+
+
+def test_filter_to_dead_open_one_retry_now_and_see_it_succeed(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    tasks = test_app.tasks
+    for n in range(3):
+        tasks["send_email"].defer(to=f"user{n}@example.com")
+    dead_id = tasks["flaky"].defer(n=812)
+    run_burst(test_app)
+    assert status_of(db, dead_id) == "dead"
+
+    page.goto("/")
+    expect(page.locator("tr[data-queue=default]")).to_contain_text("1")
+    expect(page.locator("tr[data-queue=emails]")).to_be_visible()
+    expect(page.locator("svg.chart")).to_be_visible()
+
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows).to_have_count(4)
+    page.get_by_label("search").fill(str(dead_id))  # searched as you type
+    expect(rows).to_have_count(1)
+    page.get_by_label("search").fill("")
+    expect(rows).to_have_count(4)
+    page.get_by_label("status").select_option("dead")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"/jobs\?.*status=dead"))
+
+    page.get_by_role("link", name=str(dead_id), exact=True).click()
+    expect(page.locator("h1")).to_contain_text(f"Job {dead_id}")
+    expect(page.locator("#job-status")).to_have_text("dead")
+    attempt = page.locator("article.attempt").first
+    expect(attempt).to_contain_text("RuntimeError: payment service refused request 812")
+    expect(attempt.locator("pre.traceback")).to_contain_text("in call_service")
+    expect(page.locator("pre.payload")).to_contain_text('"n": 812')
+
+    dashboard_app.ALLOW_FLAKY.set()
+    page.get_by_role("button", name="Retry now").click()
+    expect(page.locator("#flash")).to_contain_text("Job queued again")
+    expect(page.locator("#job-status")).to_have_text("queued")
+    worker = start_thread(lambda: test_app.run_worker(burst=True, install_signal_handlers=False))
+    # The page reloads its live part while the job can change: it shows the run's outcome.
+    expect(page.locator("#job-status")).to_have_text("succeeded")
+    expect(page.locator("article.attempt")).to_have_count(2)
+    worker.join(60)
+    assert status_of(db, dead_id) == "succeeded"
+    assert audit_rows(db) == [(LOOPBACK_ACTOR, "job.retry", f"job:{dead_id}")]
+
+    page.get_by_role("link", name="Audit log").click()
+    row = page.locator("tr[data-action='job.retry']")
+    expect(row).to_contain_text(LOOPBACK_ACTOR)
+    expect(row.get_by_role("link", name=f"job:{dead_id}")).to_be_visible()
+
+
+def test_pausing_a_queue_stops_workers_taking_its_jobs(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    report = test_app.tasks["build_report"].defer(team="sales")
+    page.goto("/")
+    row = page.locator("tr[data-queue=reports]")
+    row.get_by_role("button", name="Pause").click()  # confirmed by the page fixture
+    expect(page.locator("#flash")).to_contain_text("Queue paused")
+    expect(row.locator(".badge.paused")).to_have_text("paused")
+    paused = db.execute("SELECT is_paused, paused_by FROM cronbase.queues WHERE name = 'reports'")
+    assert paused.fetchone() == (True, LOOPBACK_ACTOR)
+
+    email = test_app.tasks["send_email"].defer(to="ana@example.com")
+    run_burst(test_app)
+    assert status_of(db, report) == "queued"  # its queue is paused
+    assert status_of(db, email) == "succeeded"  # other queues run as usual
+
+    row.get_by_role("button", name="Resume").click()
+    expect(page.locator("#flash")).to_contain_text("Queue resumed")
+    expect(row.locator(".badge.paused")).to_have_count(0)
+    run_burst(test_app)
+    assert status_of(db, report) == "succeeded"
+    assert audit_rows(db) == [
+        (LOOPBACK_ACTOR, "queue.pause", "queue:reports"),
+        (LOOPBACK_ACTOR, "queue.resume", "queue:reports"),
+    ]
+
+
+def test_dead_page_requeues_every_dead_job_of_a_task(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    ids = [test_app.tasks["flaky"].defer(n=n) for n in range(3)]
+    run_burst(test_app)
+    page.goto("/dead")
+    row = page.locator("section.requeue tr[data-task=flaky]")
+    expect(row).to_contain_text("3")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+    row.get_by_role("button", name="Requeue all").click()
+    expect(page.locator("#flash")).to_contain_text("3 dead job(s) queued again")
+    expect(page.locator("section.requeue")).to_contain_text("no dead jobs")
+    assert {status_of(db, i) for i in ids} == {"queued"}
+    assert audit_rows(db) == [(LOOPBACK_ACTOR, "dead.requeue", "task:flaky")]
+
+
+def test_long_running_job_shows_and_can_be_cancelled(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    job_id = test_app.tasks["hold"].defer(n=1)
+    worker = start_thread(lambda: test_app.run_worker(burst=True, install_signal_handlers=False))
+    wait_for(lambda: status_of(db, job_id) == "running", what="the hold job to run")
+
+    page.goto("/long-running")  # the default threshold: ten minutes
+    expect(page.locator("table.jobs")).to_contain_text("no job has been running longer than")
+    page.get_by_label("started more than").fill("0")
+    page.get_by_role("button", name="Show").click()
+    row = page.locator(f"tr[data-job='{job_id}']")
+    expect(row).to_contain_text("hold")
+    row.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#job-status")).to_have_text("cancelled")
+    dashboard_app.RELEASE_HOLD.set()
+    worker.join(60)
+    assert status_of(db, job_id) == "cancelled"
+    assert audit_rows(db) == [(LOOPBACK_ACTOR, "job.cancel", f"job:{job_id}")]
+
+
+def test_schedules_show_their_zone_and_pause_and_resume(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    test_app.schedules.add(
+        "build_report",
+        cron="0 8 * * MON",
+        tz="Europe/Berlin",
+        payload={"team": "sales"},
+        key="weekly:sales",
+    )
+    page.goto("/schedules")
+    row = page.locator("tr[data-schedule='weekly:sales']")
+    expect(row).to_contain_text("Europe/Berlin")
+    expect(row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d 08:00 CES?T"))
+    row.get_by_role("button", name="Pause").click()
+    expect(page.locator("#flash")).to_contain_text("Schedule paused")
+    expect(row.locator(".badge.paused")).to_be_visible()
+    assert test_app.schedules.get("weekly:sales").is_paused
+    row.get_by_role("button", name="Resume").click()
+    expect(row).to_contain_text(re.compile(r"08:00 CES?T"))
+    assert not test_app.schedules.get("weekly:sales").is_paused
+    assert audit_rows(db) == [
+        (LOOPBACK_ACTOR, "schedule.pause", "schedule:weekly:sales"),
+        (LOOPBACK_ACTOR, "schedule.resume", "schedule:weekly:sales"),
+    ]
+
+
+def test_effects_ledger(page: Page, test_app: cronbase.App) -> None:
+    with test_app.effects.once("invoice:812:email") as effect:
+        effect.record(message_id="msg-42")
+    try:
+        with test_app.effects.once("invoice:813:charge"):
+            raise ValueError("card declined")
+    except ValueError:
+        pass
+    page.goto("/effects")
+    expect(page.locator("tr[data-effect='invoice:812:email']")).to_contain_text("msg-42")
+    expect(page.locator("tr[data-effect='invoice:813:charge']")).to_contain_text("card declined")
+    page.get_by_label("status").select_option("failed")
+    expect(page.locator("table.effects tbody tr")).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"/effects\?status=failed"))
+
+
+def test_a_refused_action_says_why(page: Page, test_app: cronbase.App) -> None:
+    job_id = test_app.tasks["send_email"].configure(delay=timedelta(hours=1)).defer(to="x@y.z")
+    page.goto(f"/jobs/{job_id}")
+    test_app.jobs.cancel(job_id)  # meanwhile, someone else cancels it
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#flash .error")).to_contain_text(f"cannot cancel job {job_id}")

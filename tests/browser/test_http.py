@@ -1,0 +1,333 @@
+"""The dashboard over plain HTTP: CSRF, authentication, the bind refusal, lists, escaping, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import hashlib
+import re
+import subprocess
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psycopg
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+import cronbase
+from cronbase.dashboard import Credentials, create_app
+from tests.browser.conftest import (
+    CRONBASE,
+    REPO,
+    Dashboard,
+    audit_rows,
+    cli_env,
+    csrf_token,
+    run_burst,
+    running_dashboard,
+    status_of,
+)
+
+T = TypeVar("T")
+USER, PASSWORD, TOKEN = "ops", "correct horse battery", "t0ken-" + "x" * 26
+
+
+@pytest.fixture
+def client(dashboard: Dashboard) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=dashboard.url, timeout=30) as http:
+        yield http
+
+
+def dead_job(app: cronbase.App) -> int:
+    job_id = app.tasks["flaky"].defer(n=1)
+    run_burst(app)
+    return int(job_id)
+
+
+# -- CSRF ----------------------------------------------------------------------------------------
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    job_id = dead_job(test_app)
+    page = client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    token = csrf_token(page.text)
+    assert client.cookies.get("cronbase_csrf") == token
+    url = f"/jobs/{job_id}/retry"
+
+    refusals = {
+        "no token": client.post(url),
+        "wrong token": client.post(url, data={"csrf_token": token[:-1] + "0"}),
+        "wrong header": client.post(url, headers={"X-CSRF-Token": "nope"}),
+        "no cookie": httpx.post(str(client.base_url) + url, data={"csrf_token": token}, timeout=30),
+    }
+    assert {why: r.status_code for why, r in refusals.items()} == dict.fromkeys(refusals, 403)
+    assert "CSRF" in refusals["no token"].text
+    # An unsigned cookie whose value the attacker also echoes (cookie tossing) is refused too.
+    forged = "abc.def"
+    tossed = httpx.post(
+        str(client.base_url) + url,
+        data={"csrf_token": forged},
+        cookies={"cronbase_csrf": forged},
+        timeout=30,
+    )
+    assert tossed.status_code == 403
+    assert status_of(db, job_id) == "dead"
+    assert audit_rows(db) == []
+
+    accepted = client.post(url, data={"csrf_token": token})  # the same request, with the token
+    assert accepted.status_code == 303
+    assert accepted.headers["location"] == f"/jobs/{job_id}?done=retried"
+    by_header = client.post(f"/jobs/{job_id}/cancel", headers={"X-CSRF-Token": token})
+    assert by_header.status_code == 303
+    assert status_of(db, job_id) == "cancelled"
+    assert [a for _, a, _ in audit_rows(db)] == ["job.retry", "job.cancel"]
+
+
+def test_an_htmx_action_is_redirected_by_header(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    test_app.tasks["send_email"].defer(to="a@b.c")
+    token = csrf_token(client.get("/").text)
+    done = client.post(
+        "/queues/pause",
+        data={"queue": "emails"},
+        headers={"X-CSRF-Token": token, "HX-Request": "true"},
+    )
+    assert done.status_code == 204
+    assert done.headers["hx-redirect"] == "/?done=queue-paused"
+    refused = client.post(
+        "/jobs/999999/retry", headers={"X-CSRF-Token": token, "HX-Request": "true"}
+    )
+    assert refused.headers["hx-retarget"] == "#flash"
+    assert "no job with id 999999" in refused.text
+
+
+# -- authentication ------------------------------------------------------------------------------
+
+
+REFUSED_BINDS = [
+    pytest.param(
+        ["--host", "0.0.0.0"],
+        "error: refusing to serve the dashboard on 0.0.0.0, which is not a loopback address, "
+        "without credentials: set CRONBASE_DASHBOARD_TOKEN, or CRONBASE_DASHBOARD_USER and "
+        "CRONBASE_DASHBOARD_PASSWORD (or bind 127.0.0.1)",
+        id="any-address",
+    ),
+    pytest.param(
+        ["--host", "dashboard.internal"],
+        "error: refusing to serve the dashboard on dashboard.internal,",
+        id="host-name",
+    ),
+    pytest.param(
+        ["--host", "192.0.2.1", "--user", USER],
+        "error: dashboard credentials: a user without a password;",
+        id="user-without-password",
+    ),
+    pytest.param(
+        ["--host", "0.0.0.0", "--token", "short"],
+        "error: dashboard token is 5 characters; use at least 16",
+        id="short-token",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), REFUSED_BINDS)
+def test_a_non_loopback_bind_without_credentials_is_refused(
+    database_url: str, args: list[str], message: str
+) -> None:
+    result = subprocess.run(
+        [str(CRONBASE), "--app", "tests.browser.dashboard_app:app", "dashboard", *args],
+        env=cli_env(database_url),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(message)
+
+
+def run_in_thread(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run on a loop in its own thread (Playwright's sync API owns this thread's loop)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result(60)
+
+
+def asgi_get(web: Any, path: str, client: tuple[str, int]) -> httpx.Response:
+    """One request straight to the ASGI app, as from ``client``."""
+
+    async def get() -> httpx.Response:
+        transport = httpx.ASGITransport(app=web, client=client)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dashboard") as http:
+            return await http.get(path)
+
+    return run_in_thread(get())
+
+
+def test_without_credentials_only_loopback_clients_are_served(test_app: cronbase.App) -> None:
+    web = create_app(test_app)
+    refused = asgi_get(web, "/static/dashboard.css", ("192.0.2.7", 50000))
+    assert refused.status_code == 403
+    assert "loopback" in refused.text
+    assert asgi_get(web, "/static/dashboard.css", ("127.0.0.1", 50000)).status_code == 200
+    assert asgi_get(web, "/static/dashboard.css", ("::1", 50000)).status_code == 200
+    assert asgi_get(web, "/static/dashboard.css", ("::ffff:127.0.0.1", 1)).status_code == 200
+    assert asgi_get(web, "/static/dashboard.css", ("::ffff:192.0.2.7", 1)).status_code == 403
+
+
+def test_mounted_under_a_prefix_in_another_app(
+    test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    test_app.tasks["send_email"].defer(to="a@b.c")
+    outer = Starlette(routes=[Mount("/ops", create_app(test_app), name="ops")])
+
+    async def visit() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=outer, client=("127.0.0.1", 50000))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://host") as http:
+                page = await http.get("/ops/")
+                css = await http.get("/ops/static/dashboard.css")
+                paused = await http.post(
+                    "/ops/queues/pause",
+                    data={"queue": "emails", "csrf_token": csrf_token(page.text)},
+                )
+                return page, css, paused
+        finally:
+            await test_app.aclose()
+
+    page, css, paused = run_in_thread(visit())
+    assert page.status_code == 200
+    assert 'href="/ops/jobs?queue=emails"' in page.text
+    assert 'href="/ops/static/dashboard.css"' in page.text
+    assert "Path=/ops/" in page.headers["set-cookie"]
+    assert css.status_code == 200
+    assert (paused.status_code, paused.headers["location"]) == (303, "/ops/?done=queue-paused")
+    assert audit_rows(db) == [("dashboard@127.0.0.1", "queue.pause", "queue:emails")]
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {encoded}"}
+
+
+def test_credentials_are_required_and_name_the_actor(
+    database_url: str, tmp_path: Path, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    env = {
+        "CRONBASE_DASHBOARD_USER": USER,
+        "CRONBASE_DASHBOARD_PASSWORD": PASSWORD,
+        "CRONBASE_DASHBOARD_TOKEN": TOKEN,
+    }
+    job_id = dead_job(test_app)
+    with (
+        running_dashboard(database_url, tmp_path / "auth.log", **env) as server,
+        httpx.Client(base_url=server.url, timeout=30) as http,
+    ):
+        anonymous = http.get("/")
+        assert anonymous.status_code == 401
+        assert anonymous.headers["www-authenticate"].startswith("Basic ")
+        assert http.get("/", headers=basic(USER, "wrong")).status_code == 401
+        assert http.get("/", headers=basic("eve", PASSWORD)).status_code == 401
+        assert http.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert http.get("/metrics").status_code == 401
+
+        assert http.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert http.get("/", headers=basic("anyone", TOKEN)).status_code == 200  # browsers
+        page = http.get(f"/jobs/{job_id}", headers=basic(USER, PASSWORD))
+        assert page.status_code == 200
+        assert USER in page.text
+        retried = http.post(
+            f"/jobs/{job_id}/retry",
+            headers={**basic(USER, PASSWORD), "X-CSRF-Token": csrf_token(page.text)},
+        )
+        assert retried.status_code == 303
+    assert audit_rows(db) == [(USER, "job.retry", f"job:{job_id}")]
+
+
+def test_credentials_are_checked_when_given() -> None:
+    with pytest.raises(cronbase.ConfigurationError, match="a user without a password"):
+        Credentials(user=USER)
+    with pytest.raises(cronbase.ConfigurationError, match="at least 16"):
+        Credentials(token="short")
+    assert Credentials.from_env({}) is None
+    found = Credentials.from_env({"CRONBASE_DASHBOARD_TOKEN": TOKEN})
+    assert found == Credentials(token=TOKEN)
+
+
+# -- pages ---------------------------------------------------------------------------------------
+
+
+def test_job_list_filters_searches_and_pages(client: httpx.Client, test_app: cronbase.App) -> None:
+    ids = test_app.tasks["send_email"].defer_many([{"to": f"u{n}@x.org"} for n in range(55)])
+    keyed = test_app.tasks["build_report"].configure(idempotency_key="report:2026-10:sales")
+    report = keyed.defer(team="sales")
+
+    def listed(path: str) -> list[int]:
+        response = client.get(path)
+        assert response.status_code == 200, response.text
+        return [int(i) for i in re.findall(r'<td><a href="/jobs/(\d+)">', response.text)]
+
+    first = listed("/jobs?queue=emails")
+    assert first == sorted(ids, reverse=True)[:50]  # newest first, one page
+    assert "older →" in client.get("/jobs?queue=emails").text
+    assert listed("/jobs?queue=emails&page=2") == sorted(ids, reverse=True)[50:]
+    assert listed(f"/jobs?q={ids[3]}") == [ids[3]]
+    assert listed("/jobs?q=report:2026-10") == [report]  # a key prefix
+    assert listed("/jobs?task=build_report&status=queued") == [report]
+    assert listed("/jobs?status=dead") == []
+    assert client.get("/jobs?status=bogus").status_code == 400
+    assert client.get("/jobs?page=0").status_code == 400
+    assert client.get("/jobs?page=%C2%B2").status_code == 400  # a digit, but not 0-9
+    assert client.get("/jobs/999999").status_code == 404
+    assert client.get(f"/jobs/{2**64}").status_code == 404  # beyond bigint
+
+
+def test_everything_shown_is_escaped(client: httpx.Client, test_app: cronbase.App) -> None:
+    hostile = "<script>alert('x')</script>"
+    job_id = test_app.tasks["send_email"].configure(queue=hostile).defer(to=hostile)
+    for path in ("/", f"/jobs/{job_id}", "/jobs"):
+        html = client.get(path).text
+        assert "<script>alert" not in html, path
+        assert "&lt;script&gt;alert(" in html, path
+
+
+def test_every_page_answers(client: httpx.Client, test_app: cronbase.App) -> None:
+    test_app.tasks["send_email"].defer(to="a@b.c")
+    for path in ("/", "/jobs", "/dead", "/long-running", "/schedules", "/effects", "/audit"):
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.text)
+        assert "default-src 'self'" in response.headers["content-security-policy"]
+    assert "no-store" in response.headers["cache-control"]  # live figures
+    assert "no-store" not in client.get("/static/htmx.min.js").headers.get("cache-control", "")
+    assert client.get("/?done=requeued&count=%C2%B2").status_code == 200
+    assert client.get("/long-running?minutes=-1").status_code == 400
+    assert client.get("/effects?status=nope").status_code == 400
+
+
+def test_metrics(client: httpx.Client, test_app: cronbase.App) -> None:
+    test_app.tasks["send_email"].defer(to="a@b.c")
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert 'cronbase_queue_jobs{queue="emails",status="queued"} 1.0' in response.text
+    assert "cronbase_database_up 1.0" in response.text
+
+
+def test_vendored_htmx_matches_its_readme() -> None:
+    static = REPO / "src" / "cronbase" / "dashboard" / "static"
+    readme = (static / "README.md").read_text()
+    digest = hashlib.sha256((static / "htmx.min.js").read_bytes()).hexdigest()
+    assert f"sha256: {digest}" in readme, "update static/README.md after changing htmx.min.js"
+    version = re.search(r"htmx (2\.\d+\.\d+)", readme)
+    assert version, "static/README.md names no htmx 2 version"
+    assert f'version:"{version.group(1)}"' in (static / "htmx.min.js").read_text()
