@@ -9,9 +9,7 @@ exists. A marker is created once: a retry of the same job passes the point witho
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 import os
 import sys
 import threading
@@ -20,7 +18,7 @@ from pathlib import Path
 
 import cronbase
 from examples import monthly_report
-from tests.e2e.worker_app import exit_without_stuck_handlers
+from tests.e2e import worker_app
 
 POLL_SECONDS = 0.02
 TEST_ROWS = """
@@ -118,31 +116,10 @@ def make_app(database_url: str | None = None) -> cronbase.App:
     return app
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.e2e.effects_app")
-    parser.add_argument("--worker-id", required=True)
-    parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--poll-interval", type=float, default=0.2, metavar="SECONDS")
-    parser.add_argument("--reap-interval", type=float, default=0.2, metavar="SECONDS")
-    return parser.parse_args(argv)
-
-
 def main(argv: list[str]) -> None:
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
-    )
-    app = make_app()
-    worker = app.worker(
-        worker_id=args.worker_id,
-        concurrency=args.concurrency,
-        poll_interval=timedelta(seconds=args.poll_interval),
-        reap_interval=timedelta(seconds=args.reap_interval),
-        shutdown_grace=timedelta(seconds=5),
-    )
-    asyncio.run(worker.run())
-    app.close()
-    exit_without_stuck_handlers()
+    # worker_app's worker, on this app, quicker to notice and to give up (argv still overrides).
+    quick = ["--concurrency", "1", "--poll-interval", "0.2", "--reap-interval", "0.2"]
+    worker_app.main([*quick, "--shutdown-grace", "5", *argv], make=make_app)
 
 
 if __name__ == "__main__":

@@ -112,20 +112,29 @@ class WorkerProcess:
 class WorkerProcesses:
     """Starts worker processes; kills (SIGKILL) those still running when the block ends."""
 
-    def __init__(self, database_url: str, folder: Path) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        folder: Path,
+        *,
+        module: str = "tests.e2e.worker_app",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.database_url = database_url
         self.folder = folder
+        self.module = module
+        self.env = env or {}
         self.started: list[WorkerProcess] = []
         self._logs: list[IO[bytes]] = []
 
     def start(self, name: str, *options: str) -> WorkerProcess:
         env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-        env.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO))
+        env.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO), **self.env)
         log_path = self.folder / f"worker-{name}.log"
         log = log_path.open("wb")
         self._logs.append(log)
         popen = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.worker_app", "--worker-id", name, *options],
+            [sys.executable, "-m", self.module, "--worker-id", name, *options],
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 import pytest
@@ -37,32 +37,6 @@ KEY = monthly_report.effect_key(**ANA)
 MESSAGE_ID = monthly_report.message_id_for(KEY)
 
 
-class EffectWorkers(WorkerProcesses):
-    """``python -m tests.e2e.effects_app`` processes, pointed at the sink and the marker folder."""
-
-    def __init__(self, database_url: str, folder: Path, env: dict[str, str]) -> None:
-        super().__init__(database_url, folder)
-        self.env = env
-
-    def start(self, name: str, *options: str) -> WorkerProcess:
-        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-        env.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO), **self.env)
-        log_path = self.folder / f"worker-{name}.log"
-        log: IO[bytes] = log_path.open("wb")
-        self._logs.append(log)
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.effects_app", "--worker-id", name, *options],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        process = WorkerProcess(name, popen, log_path)
-        self.started.append(process)
-        return process
-
-
 @pytest.fixture
 def sink(tmp_path: Path) -> Iterator[SmtpSink]:
     with SmtpSink(tmp_path / "sink.jsonl") as running:
@@ -79,7 +53,7 @@ def markers(tmp_path: Path) -> Path:
 @pytest.fixture
 def workers(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path, sink: SmtpSink, markers: Path
-) -> Iterator[EffectWorkers]:
+) -> Iterator[WorkerProcesses]:
     db.execute(TEST_ROWS)
     env = {
         "SMTP_HOST": sink.host,
@@ -87,7 +61,9 @@ def workers(
         "SMTP_SINK_LOG": str(sink.log_path),
         "EFFECTS_TEST_DIR": str(markers),
     }
-    with EffectWorkers(database_url, tmp_path, env) as processes:
+    with WorkerProcesses(
+        database_url, tmp_path, module="tests.e2e.effects_app", env=env
+    ) as processes:
         yield processes
 
 
@@ -171,7 +147,7 @@ def send_report(tasks: cronbase.App, **payload: Any) -> int:
 
 
 def test_two_workers_racing_on_one_key_send_one_email(
-    workers: EffectWorkers,
+    workers: WorkerProcesses,
     tasks: cronbase.App,
     db: psycopg.Connection[Any],
     sink: SmtpSink,
@@ -222,7 +198,7 @@ def test_two_workers_racing_on_one_key_send_one_email(
 
 
 def test_a_worker_killed_before_sending_sends_once_after_the_retry(
-    workers: EffectWorkers,
+    workers: WorkerProcesses,
     tasks: cronbase.App,
     db: psycopg.Connection[Any],
     sink: SmtpSink,
@@ -260,7 +236,7 @@ def test_a_worker_killed_before_sending_sends_once_after_the_retry(
     ],
 )
 def test_a_worker_killed_after_sending_before_record(
-    workers: EffectWorkers,
+    workers: WorkerProcesses,
     tasks: cronbase.App,
     db: psycopg.Connection[Any],
     sink: SmtpSink,
@@ -294,7 +270,7 @@ def test_a_worker_killed_after_sending_before_record(
 
 
 def test_a_hung_owner_is_taken_over_after_stale_after_and_cannot_finish(
-    workers: EffectWorkers,
+    workers: WorkerProcesses,
     tasks: cronbase.App,
     db: psycopg.Connection[Any],
     sink: SmtpSink,
@@ -340,7 +316,7 @@ def test_a_hung_owner_is_taken_over_after_stale_after_and_cannot_finish(
 
 
 def test_forget_allows_a_resend(
-    workers: EffectWorkers,
+    workers: WorkerProcesses,
     tasks: cronbase.App,
     database_url: str,
     db: psycopg.Connection[Any],
@@ -380,7 +356,7 @@ TRANSACTION_TASKS = ["write_in_transaction", "write_in_transaction_async"]
 
 @pytest.mark.parametrize("task", TRANSACTION_TASKS)
 def test_transaction_rolls_back_writes_and_success_when_the_handler_raises(
-    workers: EffectWorkers, tasks: cronbase.App, db: psycopg.Connection[Any], task: str
+    workers: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any], task: str
 ) -> None:
     job_id = tasks.get_task(task).defer(n=7, fail_attempts=1)
     workers.start("A")
@@ -399,7 +375,7 @@ def test_transaction_rolls_back_writes_and_success_when_the_handler_raises(
 
 @pytest.mark.parametrize("task", TRANSACTION_TASKS)
 def test_transaction_commits_writes_and_success_together_or_neither(
-    workers: EffectWorkers,
+    workers: WorkerProcesses,
     tasks: cronbase.App,
     db: psycopg.Connection[Any],
     markers: Path,

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import cronbase
@@ -85,12 +86,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], make: Callable[[], cronbase.App] = make_app) -> None:
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
     )
-    app = make_app()
+    app = make()
     worker = app.worker(
         worker_id=args.worker_id,
         queues=args.queues,
