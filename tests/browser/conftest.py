@@ -114,7 +114,9 @@ def dashboard(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield running
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop marked running on this
+# thread until it stops, and the rest of the suite calls asyncio.run() on it.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(
