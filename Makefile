@@ -14,8 +14,8 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 check: $(STAMP)
-	$(VENV)/bin/ruff format --check src tests examples
-	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff format --check src tests examples bench
+	$(VENV)/bin/ruff check src tests examples bench
 	$(VENV)/bin/mypy
 
 $(STAMP): pyproject.toml
@@ -25,3 +25,18 @@ $(STAMP): pyproject.toml
 
 screenshots: $(STAMP)
 	CRONBASE_SCREENSHOTS=docs/screenshots $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/browser/test_screenshots.py
+
+# make bench: the benchmark suite (bench/README.md) in its own bench/.venv, with pgqueuer and
+# procrastinate from PyPI. BENCH_ARGS="--quick" for a smoke run.
+BENCH_VENV = bench/.venv
+BENCH_STAMP = $(BENCH_VENV)/.installed
+
+.PHONY: bench
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
+
+$(BENCH_STAMP): pyproject.toml bench/requirements.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[embedded]' -r bench/requirements.txt
+	touch $(BENCH_STAMP)

@@ -109,6 +109,23 @@ def test_an_attempt_whose_lease_was_reaped_cannot_touch_the_next_attempt(
     assert history(db, job_id) == [(1, "lost", "A"), (2, "succeeded", "B")]
 
 
+def test_the_table_refuses_a_token_on_a_job_that_is_not_running(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    # Fencing by token alone (no status test) relies on this rule of the table.
+    @app.task
+    def work() -> None: ...
+
+    work.defer()
+    job = claim(app, db, "w1")
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_lease_token_iff_running"):
+        db.execute("UPDATE cronbase.jobs SET status = 'succeeded' WHERE id = %s", [job.id])
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_lease_token_iff_running"):
+        db.execute("UPDATE cronbase.jobs SET lease_token = NULL WHERE id = %s", [job.id])
+    status = db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [job.id]).fetchone()
+    assert status == ("running",)
+
+
 def test_a_made_up_token_matches_nothing(app: cronbase.App, db: psycopg.Connection[Any]) -> None:
     @app.task
     def work() -> None: ...

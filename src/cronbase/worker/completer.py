@@ -119,11 +119,23 @@ class Completer:
             rows = await cur.fetchall()
         written = {row[0]: row[1] for row in rows}
         self.written += len(written)
+        log_successes = logger.isEnabledFor(logging.INFO)
         for o in batch:
             status = written.get(o.job.id)
             if status is not None:
                 self._on_written(o, status)
-            if status is None:
+            if status == "succeeded":
+                # The common case first, and no log record (nor its extra dict) unless wanted.
+                if log_successes:
+                    logger.info(
+                        "job %d succeeded: task=%s attempt=%d duration=%.3fs",
+                        o.job.id,
+                        o.job.task,
+                        o.job.attempt,
+                        o.duration,
+                        extra=event_fields(o, "succeeded"),
+                    )
+            elif status is None:
                 self.fenced_out += 1
                 logger.warning(
                     "job %d attempt %d (%s): outcome %s ignored: the lease was lost "
@@ -133,15 +145,6 @@ class Completer:
                     o.job.task,
                     o.outcome,
                     extra=event_fields(o, "fenced_out"),
-                )
-            elif status == "succeeded":
-                logger.info(
-                    "job %d succeeded: task=%s attempt=%d duration=%.3fs",
-                    o.job.id,
-                    o.job.task,
-                    o.job.attempt,
-                    o.duration,
-                    extra=event_fields(o, "succeeded"),
                 )
             else:
                 logger.warning(

@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import psycopg
-from prometheus_client import start_http_server
+from prometheus_client import Counter, Histogram, start_http_server
 
 from ..db import migrate, pool
 from ..db.notifier import Notifier
@@ -110,6 +110,9 @@ class Worker:
         # Pruning old finished jobs is a long-running worker's chore too (one at a time).
         self.retention = None if burst else retention
         self.metrics = WorkerMetrics(app)
+        self._claimed_counters: dict[tuple[str, str], Counter] = {}
+        self._finished_counters: dict[tuple[str, str, str], Counter] = {}
+        self._durations: dict[tuple[str, ...], Histogram] = {}
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.id = worker_id or new_worker_id()
@@ -306,21 +309,29 @@ class Worker:
             rows = await cur.fetchall()
         jobs = [ClaimedJob.from_row(row) for row in rows]
         jobs.sort(key=lambda j: (j.priority, j.id))
+        # Per job, the loop below is the worker's hottest Python: no log record (nor its extra
+        # dict) unless someone listens, and metric children looked up once per task and queue.
+        log_claims = logger.isEnabledFor(logging.INFO)
         for job in jobs:
-            self.metrics.claimed.labels(job.task, job.queue).inc()
-            logger.info(
-                "job %d claimed: task=%s attempt=%d",
-                job.id,
-                job.task,
-                job.attempt,
-                extra={
-                    "event": "claimed",
-                    "job_id": job.id,
-                    "task": job.task,
-                    "queue": job.queue,
-                    "attempt": job.attempt,
-                },
-            )
+            key = (job.task, job.queue)
+            counter = self._claimed_counters.get(key)
+            if counter is None:
+                counter = self._claimed_counters[key] = self.metrics.claimed.labels(*key)
+            counter.inc()
+            if log_claims:
+                logger.info(
+                    "job %d claimed: task=%s attempt=%d",
+                    job.id,
+                    job.task,
+                    job.attempt,
+                    extra={
+                        "event": "claimed",
+                        "job_id": job.id,
+                        "task": job.task,
+                        "queue": job.queue,
+                        "attempt": job.attempt,
+                    },
+                )
             task = asyncio.create_task(self._run_job(job), name=f"cronbase-job-{job.id}")
             self._running[job.lease_token] = (job, task)
         if jobs:
@@ -348,8 +359,15 @@ class Worker:
 
     def _on_written(self, outcome: Outcome, status: str) -> None:
         job = outcome.job
-        self.metrics.finished.labels(job.task, job.queue, status).inc()
-        self.metrics.duration.labels(job.task, job.queue).observe(outcome.duration)
+        key = (job.task, job.queue, status)
+        finished = self._finished_counters.get(key)
+        if finished is None:
+            finished = self._finished_counters[key] = self.metrics.finished.labels(*key)
+        finished.inc()
+        duration = self._durations.get(key[:2])
+        if duration is None:
+            duration = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
+        duration.observe(outcome.duration)
 
     def _progress_from_any_thread(self) -> None:
         # Handlers report progress from their own thread (sync) or from the loop (async).

@@ -72,11 +72,15 @@ RETURNING id;
 -- Lease up to %(limit)s due jobs from any queue, in one round trip.
 -- The MATERIALIZED CTE is a planner fence: without it PostgreSQL may fold the sub-select into the
 -- UPDATE's join and evaluate LIMIT and SKIP LOCKED in an order that locks, and claims, more rows
--- than asked (Oban's basic engine says the same). Paused queues are skipped.
+-- than asked (Oban's basic engine says the same). Paused queues are skipped with NOT EXISTS, an
+-- anti-join the planner estimates well: `queue <> ALL (ARRAY(SELECT ...))` was estimated to keep
+-- one row, so the planner sorted every waiting job on each claim instead of walking jobs_due_idx
+-- in order and stopping after %(limit)s rows: O(n^2) for a drain (bench/README.md: ~1,500 ->
+-- ~15,000 jobs/s; tests/integration/test_claim_plan.py checks the plan).
 WITH due AS MATERIALIZED (
-    SELECT id FROM {schema}.jobs
+    SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now()
-      AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE is_paused))
+      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -93,9 +97,9 @@ RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attemp
 -- name: claim_jobs_in_queues
 -- As claim_jobs, restricted to the worker's queues (uses jobs_queue_due_idx).
 WITH due AS MATERIALIZED (
-    SELECT id FROM {schema}.jobs
-    WHERE status IN ('queued', 'failed') AND run_at <= now()
-      AND queue = ANY (%(queues)s::text[]) AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE is_paused))
+    SELECT id FROM {schema}.jobs j
+    WHERE status IN ('queued', 'failed') AND run_at <= now() AND queue = ANY (%(queues)s::text[])
+      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -114,6 +118,11 @@ RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attemp
 -- Fenced by the lease token: an attempt that lost its lease (reaped, cancelled, retried by an
 -- operator) matches nothing, so it can never overwrite what a newer attempt wrote.
 -- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up.
+-- No `status = 'running'` test: a token is set only by a claim and cleared by every statement
+-- that ends the attempt, so a matching token means running. With the test the planner started
+-- from jobs_running_lease_idx (statistics say few rows run), which a busy worker fills with dead
+-- entries between vacuums, and nested-looped it against every outcome: 60-500 ms a batch in a
+-- drain. Without it each outcome is one primary-key probe (so in heartbeat_jobs, release_jobs).
 WITH outcome AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(outcomes)s::text[],
                          %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
@@ -137,7 +146,7 @@ WITH outcome AS (
         error_type = CASE WHEN o.outcome = 'succeeded' THEN j.error_type ELSE o.error_type END,
         locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM outcome o
-    WHERE j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
+    WHERE j.id = o.id AND j.lease_token = o.token
     RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at,
               o.error, o.error_type, o.traceback
 ), history AS (
@@ -162,7 +171,7 @@ WITH beat AS (
         stage = COALESCE(b.stage, j.stage),
         updated_at = now()
     FROM beat b
-    WHERE j.id = b.id AND j.lease_token = b.token AND j.status = 'running'
+    WHERE j.id = b.id AND j.lease_token = b.token
     RETURNING j.id, j.lease_token
 ), seen AS (
     UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker)s
@@ -176,7 +185,7 @@ WITH released AS (
     SET status = 'queued', attempts = j.attempts - 1, run_at = now(),
         locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
-    WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running'
+    WHERE j.id = r.id AND j.lease_token = r.token
     RETURNING j.id, j.queue, j.attempts, j.started_at
 ), history AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, outcome, error)

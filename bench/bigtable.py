@@ -1,0 +1,104 @@
+"""Workload 4: cronbase's claim on a table that has lived a while.
+
+1,000,000 finished rows and 100,000 future-dated rows sit beside the due jobs. The claim must
+stay an index walk over ``jobs_due_idx`` (waiting rows only) that stops after ``limit`` rows, so
+its latency should not move; the drain rate neither. Both are measured on the empty table first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+import cronbase
+
+from . import harness
+from .subjects import cronbase_subject
+from .workloads import Measurement, Settings, drain
+
+FILLER = """
+INSERT INTO cronbase.jobs (task, queue, payload, status, attempts, run_at, started_at,
+                           finished_at, created_at, updated_at, progress)
+SELECT 'old', 'default', jsonb_build_object('n', i), 'succeeded', 1,
+       now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
+       now() - interval '2 days', now() - interval '2 days', 100
+FROM generate_series(1, %(finished)s) AS i
+"""
+FUTURE = """
+INSERT INTO cronbase.jobs (task, queue, payload, run_at)
+SELECT 'noop', 'default', jsonb_build_object('n', i), now() + interval '1 day' + i * interval '1 s'
+FROM generate_series(1, %(future)s) AS i
+"""
+
+
+def fill(url: str, s: Settings) -> float:
+    """Add the finished and future rows; returns seconds taken (not part of any figure)."""
+    start = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(FILLER, {"finished": s.big_finished})
+        conn.execute(FUTURE, {"future": s.big_future})
+        conn.execute("VACUUM ANALYZE cronbase.jobs")
+    return time.perf_counter() - start
+
+
+def clear_due(url: str) -> None:
+    """Remove what a measurement left (due and drained jobs), keep the filler."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM cronbase.jobs WHERE task = 'noop' AND run_at < now() + '1 hour'")
+        conn.execute("TRUNCATE cronbase.job_attempts, cronbase.workers")
+        conn.execute("VACUUM ANALYZE cronbase.jobs")
+
+
+def claim_latency(url: str, s: Settings, batch: int) -> dict[str, float]:
+    """Time ``claim_jobs`` (the worker's statement and parameters) alone, each its own commit.
+
+    Claimed jobs are finished with ``finish_jobs`` after each claim, as a worker would, so the
+    index keeps its shape; only the claim is timed.
+    """
+    app = cronbase.App(database_url=url)
+    q = app.queries
+    cronbase_subject.preload(url, s.claim_samples * batch + batch)
+    times: list[float] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        params: dict[str, Any] = {"limit": batch, "worker": "bench", "queues": None}
+        for _ in range(s.claim_samples):
+            start = time.perf_counter()
+            rows = conn.execute(q.claim_jobs, params).fetchall()
+            times.append(time.perf_counter() - start)
+            n = len(rows)
+            conn.execute(
+                q.finish_jobs,
+                {
+                    "ids": [r[0] for r in rows],
+                    "tokens": [r[7] for r in rows],
+                    "outcomes": ["succeeded"] * n,
+                    "retry_in": [0.0] * n,
+                    "errors": [None] * n,
+                    "error_types": [None] * n,
+                    "tracebacks": [None] * n,
+                    "worker": "bench",
+                },
+            )
+    return {p: harness.percentile(times, q_) * 1000 for p, q_ in (("p50", 50), ("p95", 95))}
+
+
+def measure(url: str, s: Settings, table: str) -> list[Measurement]:
+    out = []
+    for batch in (1, 100):
+        clear_due(url)
+        lat = claim_latency(url, s, batch)
+        for p, value in lat.items():
+            out.append(
+                Measurement(
+                    "big table", "cronbase", f"claim {p}, limit {batch}, {table}", value, "ms"
+                )
+            )
+    clear_due(url)
+    m = drain(
+        cronbase_subject, url, s, 100, 1, f"drain, concurrency 100, {table}", batch=100, reset=False
+    )
+    m.workload = "big table"
+    out.append(m)
+    return out

@@ -1,0 +1,91 @@
+"""cronbase's own claim and finish statements from psycopg, with no library around them.
+
+Not a system anyone runs: it splits cronbase's distance from the raw ceiling into what its SQL
+costs (wider rows, more indexes, one attempt-history row per job) and what its Python costs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+import cronbase
+
+from .cronbase_subject import count_done, preload, reset, setup
+
+NAME = "cronbase SQL, no library"
+
+__all__ = [
+    "NAME",
+    "count_done",
+    "drain_child",
+    "enqueue_bulk",
+    "enqueue_single",
+    "preload",
+    "reset",
+    "setup",
+]
+
+_OPTIONS: dict[str, Any] = {
+    "task": "noop",
+    "queue": "default",
+    "priority": 100,
+    "run_at": None,
+    "delay": timedelta(0),
+    "max_attempts": 20,
+    "lease": timedelta(minutes=1),
+}
+
+
+def enqueue_single(url: str, n: int) -> float:
+    """cronbase's insert_job, one per transaction (its trigger sends the NOTIFY)."""
+    q = cronbase.App(database_url=url).queries
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.perf_counter()
+        for i in range(n):
+            conn.execute(q.insert_job, {**_OPTIONS, "payload": json.dumps({"n": i})}).fetchall()
+        return time.perf_counter() - start
+
+
+def enqueue_bulk(url: str, n: int, chunk: int) -> float:
+    """cronbase's insert_jobs (unnest of a jsonb[]), ``chunk`` payloads per statement."""
+    q = cronbase.App(database_url=url).queries
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.perf_counter()
+        for first in range(0, n, chunk):
+            payloads = [json.dumps({"n": i}) for i in range(first, min(n, first + chunk))]
+            conn.execute(q.insert_jobs, {**_OPTIONS, "payloads": payloads}).fetchall()
+        return time.perf_counter() - start
+
+
+def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
+    """One connection: claim_jobs(limit=batch), then finish_jobs for them, until none is due."""
+    q = cronbase.App(database_url=url).queries
+    done = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        claim: dict[str, Any] = {"limit": batch, "worker": "raw", "queues": None}
+        signal_ready()
+        while True:
+            rows = conn.execute(q.claim_jobs, claim).fetchall()
+            if not rows:
+                return done
+            n = len(rows)
+            conn.execute(
+                q.finish_jobs,
+                {
+                    "ids": [r[0] for r in rows],
+                    "tokens": [r[7] for r in rows],
+                    "outcomes": ["succeeded"] * n,
+                    "retry_in": [0.0] * n,
+                    "errors": [None] * n,
+                    "error_types": [None] * n,
+                    "tracebacks": [None] * n,
+                    "worker": "raw",
+                },
+            ).fetchall()
+            done += n

@@ -1,0 +1,137 @@
+"""The hot statements' plans on a table that has lived a while (bench/README.md, workload 4).
+
+A claim must walk jobs_due_idx (waiting rows only) in order and stop after ``limit`` rows, however
+many finished and future rows the table holds; completing a batch must probe the primary key once
+per outcome. Both are checked in the custom plan (EXPLAIN with parameters) and in the generic plan
+a prepared statement ends up with (psycopg prepares a statement on its fifth use).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import cronbase
+
+FINISHED = 20_000
+FUTURE = 2_000
+DUE = 50
+
+
+@pytest.fixture
+def lived_in(app: cronbase.App, db: psycopg.Connection[Any]) -> cronbase.App:
+    """Many finished rows, some future ones, a few due, and fresh statistics."""
+    db.execute(
+        """
+        INSERT INTO cronbase.jobs (task, payload, status, attempts, started_at, finished_at)
+        SELECT 'old', jsonb_build_object('n', i), 'succeeded', 1, now(), now()
+        FROM generate_series(1, %s) AS i
+        """,
+        (FINISHED,),
+    )
+    db.execute(
+        """
+        INSERT INTO cronbase.jobs (task, payload, run_at)
+        SELECT 'later', '{}', now() + interval '1 day' + i * interval '1 s'
+        FROM generate_series(1, %s) AS i
+        """,
+        (FUTURE,),
+    )
+    db.execute(
+        "INSERT INTO cronbase.jobs (task, payload) SELECT 'due', '{}' FROM generate_series(1, %s)",
+        (DUE,),
+    )
+    db.execute("ANALYZE cronbase.jobs")
+    return app
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def explain(db: psycopg.Connection[Any], statement: bytes, params: Any = None) -> list[Any]:
+    row = db.execute(b"EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
+    assert row is not None
+    data = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    return list(plan_nodes(data[0]["Plan"]))
+
+
+def generic_plan(db: psycopg.Connection[Any], statement: bytes, args: str) -> list[Any]:
+    """The plan PostgreSQL uses for the prepared statement once it goes generic."""
+    numbered: dict[str, str] = {}
+
+    def number(match: re.Match[bytes]) -> bytes:
+        name = match.group(1).decode()
+        numbered.setdefault(name, f"${len(numbered) + 1}")
+        return numbered[name].encode()
+
+    body = re.sub(rb"%\((\w+)\)s", number, statement)
+    db.execute(b"PREPARE hot_statement AS " + body)
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        return explain(db, f"EXECUTE hot_statement({args})".encode())
+    finally:
+        db.execute("RESET plan_cache_mode")
+        db.execute("DEALLOCATE hot_statement")
+
+
+def scans_of_jobs(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """(scan type, index) of every scan of cronbase.jobs (the UPDATE node itself is no scan)."""
+    return [
+        (n["Node Type"], n.get("Index Name"))
+        for n in nodes
+        if n.get("Relation Name") == "jobs" and n["Node Type"].endswith("Scan")
+    ]
+
+
+def assert_ordered_walk(nodes: list[dict[str, Any]], indexes: set[str]) -> None:
+    """The rows are picked by one ordered walk of a partial index of waiting jobs (the other scan
+    is the UPDATE's primary-key probe per picked row): no sequential or bitmap scan, no sort."""
+    scans = scans_of_jobs(nodes)
+    assert all(kind == "Index Scan" for kind, _ in scans), scans
+    walks = [name for _, name in scans if name != "jobs_pkey"]
+    assert len(walks) == 1, scans
+    assert walks[0] in indexes, scans
+    assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], scans
+
+
+def test_claim_walks_the_partial_index_on_a_table_of_finished_jobs(
+    lived_in: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    q = lived_in.queries
+    params = {"limit": 10, "worker": "plan-test", "queues": None}
+    assert_ordered_walk(explain(db, q.claim_jobs, params), {"jobs_due_idx"})
+    assert_ordered_walk(generic_plan(db, q.claim_jobs, "10, 'plan-test'"), {"jobs_due_idx"})
+    # And it still claims exactly what is due, in order.
+    rows = db.execute(q.claim_jobs, params).fetchall()
+    assert [r[1] for r in rows] == ["due"] * 10
+
+
+def test_claim_in_queues_walks_a_partial_index(
+    lived_in: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    # With every job in the one queue asked for, walking jobs_due_idx is as good: either index.
+    q = lived_in.queries
+    params = {"limit": 10, "worker": "plan-test", "queues": ["default"]}
+    assert_ordered_walk(
+        explain(db, q.claim_jobs_in_queues, params), {"jobs_due_idx", "jobs_queue_due_idx"}
+    )
+
+
+def test_finish_probes_the_primary_key_per_outcome(
+    lived_in: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    # Not jobs_running_lease_idx: statistics taken when few jobs ran make it look tiny, but a
+    # busy worker fills it with dead entries between vacuums (bench/README.md).
+    q = lived_in.queries
+    args = "'{1,2}'::bigint[], '{}'::uuid[], '{}'::text[], '{}'::float8[], '{}'::text[], "
+    args += "'{}'::text[], '{}'::text[], 'plan-test'"
+    scans = scans_of_jobs(generic_plan(db, q.finish_jobs, args))
+    assert scans == [("Index Scan", "jobs_pkey")], scans
