@@ -28,6 +28,13 @@ def claim(app: cronbase.App, db: psycopg.Connection[Any], worker: str) -> Claime
     return ClaimedJob.from_row(rows[0])
 
 
+def succeed(
+    app: cronbase.App, db: psycopg.Connection[Any], job: ClaimedJob, worker: str
+) -> list[tuple[Any, ...]]:
+    params = {"ids": [job.id], "tokens": [job.lease_token], "worker": worker}
+    return db.execute(app.queries.succeed_jobs, params).fetchall()
+
+
 def reap(app: cronbase.App, db: psycopg.Connection[Any]) -> list[tuple[int, str]]:
     rows = db.execute(app.queries.reap_expired_jobs, {"limit": 100, "channel": app.channel})
     return [(job_id, status) for job_id, status in rows.fetchall()]
@@ -97,6 +104,7 @@ def test_an_attempt_whose_lease_was_reaped_cannot_touch_the_next_attempt(
     before = row(db, job_id)
 
     assert finish(app, db, old, stale_outcome, "A") == []
+    assert succeed(app, db, old, "A") == []  # the completer's all-succeeded statement
     assert heartbeat(app, db, old, "A") == []
     assert release(app, db, old, "A") == []
     assert row(db, job_id) == before  # status, lease, progress, attempts: all untouched
@@ -105,8 +113,11 @@ def test_an_attempt_whose_lease_was_reaped_cannot_touch_the_next_attempt(
 
     # The live attempt's token still works.
     assert [r[0] for r in heartbeat(app, db, new, "B")] == [job_id]
-    assert [r[:2] for r in finish(app, db, new, "succeeded", "B")] == [(job_id, "succeeded")]
+    assert [r[:2] for r in succeed(app, db, new, "B")] == [(job_id, "succeeded")]
     assert history(db, job_id) == [(1, "lost", "A"), (2, "succeeded", "B")]
+    done = row(db, job_id)
+    assert (done["status"], done["lease_token"], done["progress"]) == ("succeeded", None, 100)
+    assert done["finished_at"] is not None
 
 
 def test_the_table_refuses_a_token_on_a_job_that_is_not_running(

@@ -27,6 +27,7 @@ MAX_BATCH = 500
 
 
 def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
+    """Parameters of finish_jobs, which takes any outcomes."""
     return {
         "ids": [o.job.id for o in outcomes],
         "tokens": [o.job.lease_token for o in outcomes],
@@ -112,10 +113,17 @@ class Completer:
             self._idle.set()
 
     async def _flush(self, batch: list[Outcome]) -> None:
+        if all(o.outcome == "succeeded" for o in batch):
+            query = self._queries.succeed_jobs
+            params = {
+                "ids": [o.job.id for o in batch],
+                "tokens": [o.job.lease_token for o in batch],
+                "worker": self._worker_id,
+            }
+        else:
+            query, params = self._queries.finish_jobs, finish_params(batch, self._worker_id)
         async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                self._queries.finish_jobs, finish_params(batch, self._worker_id)
-            )
+            cur = await conn.execute(query, params)
             rows = await cur.fetchall()
         written = {row[0]: row[1] for row in rows}
         self.written += len(written)
