@@ -15,7 +15,7 @@ import psycopg
 import cronbase
 
 from . import harness
-from .subjects import cronbase_subject
+from .subjects import cronbase_sql, cronbase_subject
 from .workloads import Measurement, Settings, drain
 
 FILLER = """
@@ -67,20 +67,7 @@ def claim_latency(url: str, s: Settings, batch: int) -> dict[str, float]:
             start = time.perf_counter()
             rows = conn.execute(q.claim_jobs, params).fetchall()
             times.append(time.perf_counter() - start)
-            n = len(rows)
-            conn.execute(
-                q.finish_jobs,
-                {
-                    "ids": [r[0] for r in rows],
-                    "tokens": [r[7] for r in rows],
-                    "outcomes": ["succeeded"] * n,
-                    "retry_in": [0.0] * n,
-                    "errors": [None] * n,
-                    "error_types": [None] * n,
-                    "tracebacks": [None] * n,
-                    "worker": "bench",
-                },
-            )
+            cronbase_sql.succeed(conn, q, rows, "bench")
     return {p: harness.percentile(times, q_) * 1000 for p, q_ in (("p50", 50), ("p95", 95))}
 
 

@@ -20,6 +20,14 @@ from .cronbase_subject import count_done, preload, reset, setup
 
 NAME = "cronbase SQL, no library"
 
+
+def succeed(conn: psycopg.Connection[Any], q: Any, rows: list[Any], worker: str) -> None:
+    """What the worker's completer sends for a batch that all succeeded (claim rows: id, ..., token
+    at index 7)."""
+    ids, tokens = [r[0] for r in rows], [r[7] for r in rows]
+    conn.execute(q.succeed_jobs, {"ids": ids, "tokens": tokens, "worker": worker}).fetchall()
+
+
 __all__ = [
     "NAME",
     "count_done",
@@ -29,6 +37,7 @@ __all__ = [
     "preload",
     "reset",
     "setup",
+    "succeed",
 ]
 
 _OPTIONS: dict[str, Any] = {
@@ -64,7 +73,7 @@ def enqueue_bulk(url: str, n: int, chunk: int) -> float:
 
 
 def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
-    """One connection: claim_jobs(limit=batch), then finish_jobs for them, until none is due."""
+    """One connection: claim_jobs(limit=batch), then succeed_jobs for them, until none is due."""
     q = cronbase.App(database_url=url).queries
     done = 0
     with psycopg.connect(url, autocommit=True) as conn:
@@ -75,17 +84,5 @@ def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
             if not rows:
                 return done
             n = len(rows)
-            conn.execute(
-                q.finish_jobs,
-                {
-                    "ids": [r[0] for r in rows],
-                    "tokens": [r[7] for r in rows],
-                    "outcomes": ["succeeded"] * n,
-                    "retry_in": [0.0] * n,
-                    "errors": [None] * n,
-                    "error_types": [None] * n,
-                    "tracebacks": [None] * n,
-                    "worker": "raw",
-                },
-            ).fetchall()
+            succeed(conn, q, rows, "raw")
             done += n
