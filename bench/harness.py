@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 CTX = mp.get_context("spawn")
 READY_TIMEOUT = 60.0
 
@@ -150,3 +152,11 @@ def percentile(values: Sequence[float], p: float) -> float:
 def median(values: Sequence[float]) -> float:
     clean = [v for v in values if v == v]  # drop NaN
     return statistics.median(clean) if clean else float("nan")
+
+
+def count(url: str, sql: str) -> int:
+    """One ``SELECT count(*) ...`` on its own connection (each subject's jobs-done figure)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql.encode()).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -12,6 +12,8 @@ import psycopg
 
 import cronbase
 
+from .. import harness
+
 NAME = "cronbase"
 
 _latencies: list[float] = []
@@ -76,12 +78,9 @@ def preload(url: str, n: int) -> None:
 
 
 def count_done(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded' AND task = 'noop'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return harness.count(
+        url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded' AND task = 'noop'"
+    )
 
 
 def drain_child(signal_ready: Callable[[], None], url: str, concurrency: int) -> int:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 import procrastinate
 import psycopg
 
+from .. import harness
+
 NAME = "procrastinate"
 
 _latencies: list[float] = []
@@ -84,12 +86,7 @@ def preload(url: str, n: int) -> None:
 
 
 def count_done(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return harness.count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
 
 
 def drain_child(signal_ready: Callable[[], None], url: str, concurrency: int) -> int:
