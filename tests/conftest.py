@@ -93,3 +93,31 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def claim_rows(
+    app: cronbase.App,
+    db: psycopg.Connection[Any],
+    limit: int,
+    worker: str = "w",
+    queues: list[str] | None = None,
+    done: tuple[list[int], list[Any]] = ([], []),
+) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """claim_jobs (claim_jobs_in_queues with ``queues``) as a worker sends it, writing the
+    successes ``done`` = (ids, lease tokens): the claimed rows and the ids of successes written."""
+    params = {
+        "limit": limit,
+        "worker": worker,
+        "queues": queues,
+        "done_ids": done[0],
+        "done_tokens": done[1],
+    }
+    statement = app.queries.claim_jobs_in_queues if queues else app.queries.claim_jobs
+    claimed: list[tuple[Any, ...]] = []
+    written: list[int] = []
+    for row in db.execute(statement, params).fetchall():
+        if row[0] is None:
+            written = row[-1] or []
+        else:
+            claimed.append(row)
+    return claimed, written

@@ -21,15 +21,36 @@ from .cronbase_subject import count_done, preload, reset, setup
 NAME = "cronbase SQL, no library"
 
 
+def claim(
+    conn: psycopg.Connection[Any], q: Any, limit: int, worker: str, done: list[Any]
+) -> tuple[list[Any], int]:
+    """The worker's claim_jobs: write the successes of ``done`` (claimed rows: id first, token at
+    index 7) and lease up to ``limit`` jobs. Returns the claimed rows and how many were written."""
+    params = {
+        "limit": limit,
+        "worker": worker,
+        "queues": None,
+        "done_ids": [r[0] for r in done],
+        "done_tokens": [r[7] for r in done],
+    }
+    claimed, written = [], 0
+    for row in conn.execute(q.claim_jobs, params).fetchall():
+        if row[0] is None:
+            written = len(row[-1] or ())
+        else:
+            claimed.append(row)
+    return claimed, written
+
+
 def succeed(conn: psycopg.Connection[Any], q: Any, rows: list[Any], worker: str) -> None:
-    """What the worker's completer sends for a batch that all succeeded (claim rows: id, ..., token
-    at index 7)."""
-    ids, tokens = [r[0] for r in rows], [r[7] for r in rows]
-    conn.execute(q.succeed_jobs, {"ids": ids, "tokens": tokens, "worker": worker}).fetchall()
+    """What the worker's completer sends when no claim carries the successes: claim_jobs with
+    limit 0."""
+    claim(conn, q, 0, worker, rows)
 
 
 __all__ = [
     "NAME",
+    "claim",
     "count_done",
     "drain_child",
     "enqueue_bulk",
@@ -73,16 +94,15 @@ def enqueue_bulk(url: str, n: int, chunk: int) -> float:
 
 
 def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
-    """One connection: claim_jobs(limit=batch), then succeed_jobs for them, until none is due."""
+    """One connection: claim_jobs(limit=batch), each claim carrying the previous batch's
+    successes as the worker's claims do, until none is due."""
     q = cronbase.App(database_url=url).queries
     done = 0
     with psycopg.connect(url, autocommit=True) as conn:
-        claim: dict[str, Any] = {"limit": batch, "worker": "raw", "queues": None}
         signal_ready()
+        rows: list[Any] = []
         while True:
-            rows = conn.execute(q.claim_jobs, claim).fetchall()
+            rows, written = claim(conn, q, batch, "raw", rows)
+            done += written
             if not rows:
                 return done
-            n = len(rows)
-            succeed(conn, q, rows, "raw")
-            done += n

@@ -81,6 +81,7 @@ class Job:
     attempts: int
     max_attempts: int
     lease: timedelta
+    # The worker holding the lease while running; after a success, the worker that ran it.
     locked_by: str | None
     locked_until: datetime | None
     idempotency_key: str | None

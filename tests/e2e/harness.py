@@ -23,9 +23,11 @@ import psycopg
 import pytest
 
 import cronbase
+from cronbase.db.queries import Queries
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+QUERIES = Queries("cronbase")
 
 TEST_TABLES = """
 CREATE TABLE IF NOT EXISTS test_events (
@@ -62,12 +64,10 @@ def job_row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
 
 
 def history(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, str, str | None]]:
-    """(attempt, outcome, worker) of one job's attempts, oldest first."""
-    rows = db.execute(
-        "SELECT attempt, outcome, worker FROM cronbase.job_attempts WHERE job_id = %s ORDER BY id",
-        (job_id,),
-    ).fetchall()
-    return [(a, o, w) for a, o, w in rows]
+    """(attempt, outcome, worker) of one job's attempts, oldest first (list_job_attempts: the
+    history rows and a succeeded job's final attempt, which its own row records)."""
+    rows = db.execute(QUERIES.list_job_attempts, {"id": job_id}).fetchall()
+    return [(a, o, w) for _, a, w, _, _, o, *_ in rows]
 
 
 def is_registered(db: psycopg.Connection[Any], worker_id: str) -> bool:

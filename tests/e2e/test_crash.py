@@ -41,7 +41,7 @@ def test_a_job_whose_worker_is_killed_is_finished_by_another_after_the_lease(
 
     job = job_row(db, job_id)
     assert job["attempts"] == 2
-    assert job["locked_by"] is None
+    assert (job["locked_by"], job["lease_token"]) == ("B", None)  # B ran the final attempt
     # The reaper wrote A's attempt off only once its lease had run out.
     assert history(db, job_id) == [(1, "lost", "A"), (2, "succeeded", "B")]
     lost_at = db.execute(

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+import cronbase
 from cronbase import demo
 
 CRONBASE = Path(sys.executable).with_name("cronbase")
@@ -54,12 +55,9 @@ def test_demo_runs_every_job_to_a_final_state(database_url: str) -> None:
 
     flaky = by_invoice[demo.FLAKY_INVOICE]
     assert (flaky["status"], flaky["attempts"]) == ("succeeded", 3)
-    with psycopg.connect(database_url) as conn:
-        outcomes = conn.execute(
-            f"SELECT outcome FROM {demo.SCHEMA}.job_attempts WHERE job_id = %s ORDER BY attempt",
-            [flaky["id"]],
-        ).fetchall()
-    assert outcomes == [("failed",), ("failed",), ("succeeded",)]
+    with cronbase.App(database_url=database_url, schema=demo.SCHEMA) as app:
+        outcomes = [(a.attempt, a.outcome) for a in app.jobs.attempts(flaky["id"])]
+    assert outcomes == [(1, "failed"), (2, "failed"), (3, "succeeded")]
 
     # The duplicate idempotency key was deferred twice and stored once.
     keyed = [j for j in jobs if j["idempotency_key"] == demo.DUPLICATE_KEY]

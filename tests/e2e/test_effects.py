@@ -26,7 +26,15 @@ from examples import monthly_report
 from examples.smtp_sink import SmtpSink
 from tests.conftest import wait_for
 from tests.e2e.effects_app import TEST_ROWS, make_app
-from tests.e2e.harness import REPO, WorkerProcess, WorkerProcesses, history, is_registered, job_row
+from tests.e2e.harness import (
+    QUERIES,
+    REPO,
+    WorkerProcess,
+    WorkerProcesses,
+    history,
+    is_registered,
+    job_row,
+)
 from tests.e2e.test_cli import cronbase as run_cli
 from tests.e2e.test_cli import ok
 
@@ -92,10 +100,8 @@ def effect(db: psycopg.Connection[Any], key: str = KEY) -> dict[str, Any]:
 
 def attempts(db: psycopg.Connection[Any], job_id: int) -> list[tuple[str, str | None]]:
     """(outcome, error) of each attempt of a job, oldest first."""
-    rows = db.execute(
-        "SELECT outcome, error FROM cronbase.job_attempts WHERE job_id = %s ORDER BY id", (job_id,)
-    ).fetchall()
-    return [(outcome, error) for outcome, error in rows]
+    rows = db.execute(QUERIES.list_job_attempts, {"id": job_id}).fetchall()
+    return [(outcome, error) for *_, outcome, error, _, _ in rows]
 
 
 def wait_paused(markers: Path, point: str, job_id: int) -> int:
@@ -370,7 +376,7 @@ def test_transaction_rolls_back_writes_and_success_when_the_handler_raises(
         ("succeeded", None),
     ]
     job = job_row(db, job_id)
-    assert (job["attempts"], job["locked_by"], job["lease_token"]) == (2, None, None)
+    assert (job["attempts"], job["locked_by"], job["lease_token"]) == (2, "A", None)
 
 
 @pytest.mark.parametrize("task", TRANSACTION_TASKS)

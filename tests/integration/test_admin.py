@@ -11,6 +11,7 @@ import pytest
 
 import cronbase
 from cronbase import JobStatus
+from tests.conftest import claim_rows
 from tests.e2e.harness import job_row
 
 S = JobStatus
@@ -28,8 +29,7 @@ def run_burst(app: cronbase.App) -> None:
 
 
 def claim_all(app: cronbase.App, db: psycopg.Connection[Any]) -> list[int]:
-    rows = db.execute(app.queries.claim_jobs, {"limit": 100, "worker": "w", "paused": []})
-    return [row[0] for row in rows.fetchall()]
+    return [row[0] for row in claim_rows(app, db, 100)[0]]
 
 
 @pytest.fixture
@@ -144,6 +144,36 @@ def test_a_retried_dead_job_runs_once_more(
     job = app.jobs.get(job_id)
     assert (job.status, job.attempts, job.max_attempts) == (S.DEAD, 3, 3)
     assert [a.outcome for a in app.jobs.attempts(job_id)] == ["failed", "dead", "dead"]
+
+
+def test_retrying_a_succeeded_job_keeps_its_success_in_the_history(
+    app: cronbase.App, db: psycopg.Connection[Any], tasks: dict[str, Any]
+) -> None:
+    # A success is recorded by the job row alone; the retry writes it to the history before the
+    # row starts over, so both successes are listed.
+    job_id = job_in(app, db, tasks, S.SUCCEEDED)
+    [first] = app.jobs.attempts(job_id)
+    app.jobs.retry(job_id)
+    assert app.jobs.attempts(job_id) == [first]
+    run_burst(app)
+    attempts = app.jobs.attempts(job_id)
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "succeeded"), (2, "succeeded")]
+    assert attempts[0] == first
+    assert attempts[1].worker == app.jobs.get(job_id).locked_by is not None
+    assert first.finished_at < attempts[1].finished_at
+
+
+def test_the_last_hour_counts_each_ended_attempt_once(
+    app: cronbase.App, db: psycopg.Connection[Any], tasks: dict[str, Any]
+) -> None:
+    for _ in range(3):
+        tasks["ok"].defer()
+    retried = job_in(app, db, tasks, S.SUCCEEDED)  # a fourth success, then run again: a fifth
+    app.jobs.retry(retried)
+    tasks["fails"].defer()
+    run_burst(app)
+    minutes = app.stats().minutes
+    assert (sum(m.succeeded for m in minutes), sum(m.failed for m in minutes)) == (5, 1)
 
 
 def test_retry_notifies_idle_workers(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ import psycopg
 import pytest
 
 import cronbase
+from tests.conftest import claim_rows
 
 FINISHED = 20_000
 FUTURE = 2_000
@@ -72,7 +74,7 @@ def generic_plan(db: psycopg.Connection[Any], statement: bytes, args: str) -> li
         numbered.setdefault(name, f"${len(numbered) + 1}")
         return numbered[name].encode()
 
-    body = re.sub(rb"%\((\w+)\)s", number, statement)
+    body = re.sub(rb"%\((\w+)\)[sb]", number, statement)
     db.execute(b"PREPARE hot_statement AS " + body)
     db.execute("SET plan_cache_mode = force_generic_plan")
     try:
@@ -107,10 +109,12 @@ def test_claim_walks_the_partial_index_on_a_table_of_finished_jobs(
 ) -> None:
     q = lived_in.queries
     params = {"limit": 10, "worker": "plan-test", "queues": None}
+    params |= {"done_ids": [1, 2], "done_tokens": [uuid.uuid4(), uuid.uuid4()]}
     assert_ordered_walk(explain(db, q.claim_jobs, params), {"jobs_due_idx"})
-    assert_ordered_walk(generic_plan(db, q.claim_jobs, "10, 'plan-test'"), {"jobs_due_idx"})
+    args = "'{1,2}'::bigint[], '{}'::uuid[], 10, 'plan-test'"
+    assert_ordered_walk(generic_plan(db, q.claim_jobs, args), {"jobs_due_idx"})
     # And it still claims exactly what is due, in order.
-    rows = db.execute(q.claim_jobs, params).fetchall()
+    rows = claim_rows(lived_in, db, 10, "plan-test")[0]
     assert [r[1] for r in rows] == ["due"] * 10
 
 
@@ -120,6 +124,7 @@ def test_claim_in_queues_walks_a_partial_index(
     # With every job in the one queue asked for, walking jobs_due_idx is as good: either index.
     q = lived_in.queries
     params = {"limit": 10, "worker": "plan-test", "queues": ["default"]}
+    params |= {"done_ids": [], "done_tokens": []}
     assert_ordered_walk(
         explain(db, q.claim_jobs_in_queues, params), {"jobs_due_idx", "jobs_queue_due_idx"}
     )

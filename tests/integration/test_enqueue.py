@@ -14,6 +14,7 @@ import pytest
 from psycopg.rows import dict_row
 
 import cronbase
+from tests.conftest import claim_rows
 from tests.e2e.harness import job_row
 
 
@@ -205,9 +206,7 @@ def test_a_connection_of_the_wrong_kind_is_refused_by_name(
 
 
 def claim_one(app: cronbase.App, db: psycopg.Connection[Any]) -> int:
-    rows = db.execute(
-        app.queries.claim_jobs, {"limit": 1, "worker": "test-worker", "paused": []}
-    ).fetchall()
+    rows = claim_rows(app, db, 1, "test-worker")[0]
     assert len(rows) == 1, rows
     return int(rows[0][0])
 

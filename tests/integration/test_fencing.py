@@ -16,23 +16,21 @@ from psycopg.rows import dict_row
 import cronbase
 from cronbase.worker.completer import finish_params
 from cronbase.worker.executor import ClaimedJob, Outcome
-from tests.conftest import wait_for
+from tests.conftest import claim_rows, wait_for
 from tests.e2e.harness import eventually, running_worker, wait_event
 
 
 def claim(app: cronbase.App, db: psycopg.Connection[Any], worker: str) -> ClaimedJob:
-    rows = db.execute(
-        app.queries.claim_jobs, {"limit": 1, "worker": worker, "paused": [], "queues": None}
-    ).fetchall()
+    rows = claim_rows(app, db, 1, worker)[0]
     assert len(rows) == 1, rows
     return ClaimedJob.from_row(rows[0])
 
 
 def succeed(
     app: cronbase.App, db: psycopg.Connection[Any], job: ClaimedJob, worker: str
-) -> list[tuple[Any, ...]]:
-    params = {"ids": [job.id], "tokens": [job.lease_token], "worker": worker}
-    return db.execute(app.queries.succeed_jobs, params).fetchall()
+) -> list[int]:
+    """The worker's write of a success: carried by its next claim (here one that claims nothing)."""
+    return claim_rows(app, db, 0, worker, done=([job.id], [job.lease_token]))[1]
 
 
 def reap(app: cronbase.App, db: psycopg.Connection[Any]) -> list[tuple[int, str]]:
@@ -79,12 +77,8 @@ def row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     return found
 
 
-def history(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, str, str | None]]:
-    rows = db.execute(
-        "SELECT attempt, outcome, worker FROM cronbase.job_attempts WHERE job_id = %s ORDER BY id",
-        (job_id,),
-    ).fetchall()
-    return [(a, o, w) for a, o, w in rows]
+def history(app: cronbase.App, job_id: int) -> list[tuple[int, str, str | None]]:
+    return [(a.attempt, a.outcome, a.worker) for a in app.jobs.attempts(job_id)]
 
 
 @pytest.mark.parametrize("stale_outcome", ["succeeded", "failed", "dead"])
@@ -104,17 +98,17 @@ def test_an_attempt_whose_lease_was_reaped_cannot_touch_the_next_attempt(
     before = row(db, job_id)
 
     assert finish(app, db, old, stale_outcome, "A") == []
-    assert succeed(app, db, old, "A") == []  # the completer's all-succeeded statement
+    assert succeed(app, db, old, "A") == []  # successes ride on the worker's claim
     assert heartbeat(app, db, old, "A") == []
     assert release(app, db, old, "A") == []
     assert row(db, job_id) == before  # status, lease, progress, attempts: all untouched
     assert (before["status"], before["locked_by"]) == ("running", "B")
-    assert history(db, job_id) == [(1, "lost", "A")]
+    assert history(app, job_id) == [(1, "lost", "A")]
 
     # The live attempt's token still works.
     assert [r[0] for r in heartbeat(app, db, new, "B")] == [job_id]
-    assert [r[:2] for r in succeed(app, db, new, "B")] == [(job_id, "succeeded")]
-    assert history(db, job_id) == [(1, "lost", "A"), (2, "succeeded", "B")]
+    assert succeed(app, db, new, "B") == [job_id]
+    assert history(app, job_id) == [(1, "lost", "A"), (2, "succeeded", "B")]
     done = row(db, job_id)
     assert (done["status"], done["lease_token"], done["progress"]) == ("succeeded", None, 100)
     assert done["finished_at"] is not None
@@ -184,7 +178,7 @@ async def test_cancelling_a_running_async_job_stops_its_handler_and_it_stays_can
 
     job = row(db, job_id)
     assert (job["status"], job["attempts"], job["lease_token"]) == ("cancelled", 1, None)
-    assert history(db, job_id) == [(1, "cancelled", worker.id)]
+    assert history(app, job_id) == [(1, "cancelled", worker.id)]
 
 
 @pytest.mark.anyio
@@ -219,4 +213,4 @@ async def test_a_sync_job_cancelled_and_retried_runs_again_while_the_old_thread_
 
     job = row(db, job_id)
     assert (job["status"], job["attempts"]) == ("succeeded", 2)
-    assert [(a, o) for a, o, _ in history(db, job_id)] == [(1, "cancelled"), (2, "succeeded")]
+    assert [(a, o) for a, o, _ in history(app, job_id)] == [(1, "cancelled"), (2, "succeeded")]

@@ -75,3 +75,41 @@ def test_a_newer_schema_is_refused(scratch_schema: Any) -> None:
     conn.execute(f"INSERT INTO {name}.migrations (version, name) VALUES (9999, 'future')")
     with pytest.raises(cronbase.MigrationError, match="version 9999, newer than this cronbase"):
         migrate.apply_migrations(conn, name)
+
+
+def test_0006_moves_a_success_recorded_in_the_history_to_the_job_row(
+    scratch_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before 0006 a success wrote a history row too; after it the job row records the final
+    # attempt, and the old row would be listed twice.
+    conn, name = scratch_schema
+    before = [m for m in migrate.MIGRATIONS if m.version < 6]
+    with monkeypatch.context() as patched:
+        patched.setattr(migrate, "MIGRATIONS", before)
+        patched.setattr(migrate, "LATEST_VERSION", before[-1].version)
+        migrate.apply_migrations(conn, name)
+    conn.execute(
+        f"""
+        INSERT INTO {name}.jobs (id, task, status, attempts, started_at, finished_at)
+        VALUES (1, 'ok', 'succeeded', 2, now(), now()), (2, 'ok', 'queued', 1, NULL, NULL)
+        """
+    )
+    conn.execute(
+        f"""
+        INSERT INTO {name}.job_attempts (job_id, attempt, worker, outcome)
+        VALUES (1, 1, 'A', 'failed'), (1, 2, 'B', 'succeeded'), (2, 1, 'C', 'succeeded')
+        """
+    )
+    assert migrate.apply_migrations(conn, name) == ["0006_success_in_job_row"]
+    history = conn.execute(
+        f"SELECT job_id, attempt, worker, outcome FROM {name}.job_attempts ORDER BY job_id, attempt"
+    ).fetchall()
+    # Job 2 was retried after its success (queued again): its history row stays.
+    assert history == [(1, 1, "A", "failed"), (2, 1, "C", "succeeded")]
+    workers = conn.execute(f"SELECT id, locked_by FROM {name}.jobs ORDER BY id").fetchall()
+    assert workers == [(1, "B"), (2, None)]
+    listed = cronbase.App(database_url=conn.info.dsn, schema=name).jobs.attempts(1)
+    assert [(a.attempt, a.worker, a.outcome) for a in listed] == [
+        (1, "A", "failed"),
+        (2, "B", "succeeded"),
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -13,6 +14,7 @@ import pytest
 import cronbase
 from cronbase.job import TRANSITIONS, JobStatus
 from cronbase.worker.executor import ERROR_LIMIT, TRACEBACK_LIMIT
+from tests.conftest import claim_rows
 from tests.e2e.harness import history, job_row
 
 S = JobStatus
@@ -52,11 +54,18 @@ def test_queued_running_succeeded(app: cronbase.App, db: psycopg.Connection[Any]
     assert seen == [(S.RUNNING, 1)]
     row = job_row(db, job_id)
     assert (row["status"], row["attempts"], row["progress"]) == ("succeeded", 1, 100.0)
-    assert (row["locked_by"], row["locked_until"], row["lease_token"]) == (None, None, None)
-    [attempt] = attempt_rows(db, job_id)
-    assert (attempt["attempt"], attempt["outcome"], attempt["error"]) == (1, "succeeded", None)
-    assert row["started_at"] == attempt["started_at"] <= attempt["finished_at"]
-    assert row["finished_at"] == attempt["finished_at"]
+    # The lease is gone; locked_by stays: the worker that ran the attempt.
+    assert (row["locked_until"], row["lease_token"]) == (None, None)
+    assert row["locked_by"] is not None
+    assert row["locked_by"].startswith(socket.gethostname())
+    # A success writes no history row: the job row records its final attempt, and the attempt
+    # list shows it.
+    assert attempt_rows(db, job_id) == []
+    [attempt] = app.jobs.attempts(job_id)
+    assert (attempt.attempt, attempt.outcome, attempt.error) == (1, "succeeded", None)
+    assert attempt.worker == row["locked_by"]
+    assert row["started_at"] == attempt.started_at <= attempt.finished_at
+    assert row["finished_at"] == attempt.finished_at
 
 
 class PaymentDeclined(Exception):
@@ -239,10 +248,7 @@ class Driver:
 
     def claim(self, job_id: int) -> bool:
         queue = job_row(self.db, job_id)["queue"]
-        rows = self.db.execute(
-            self.q.claim_jobs_in_queues,
-            {"limit": 10, "worker": "w", "paused": [], "queues": [queue]},
-        ).fetchall()
+        rows = claim_rows(self.app, self.db, 10, queues=[queue])[0]
         for row in rows:
             self.tokens[row[0]] = row[7]
         return bool(rows)
@@ -351,9 +357,8 @@ def test_claims_take_lower_priority_first_then_earlier_run_at_then_lower_id(
     cancelled = t.configure(priority=-100).defer(n=98)
     app.jobs.cancel(cancelled)
 
-    params = {"limit": 2, "worker": "w", "paused": []}
     order: list[list[int]] = []
-    while rows := db.execute(app.queries.claim_jobs, params).fetchall():
+    while rows := claim_rows(app, db, 2)[0]:
         assert len(rows) <= 2
         order.append(sorted(row[0] for row in rows))
     by_id = {job_id: n for n, job_id in ids.items()}
@@ -368,7 +373,6 @@ def test_a_claim_takes_no_more_than_its_limit(
     def t(n: int) -> None: ...
 
     t.defer_many([{"n": n} for n in range(5)])
-    rows = db.execute(app.queries.claim_jobs, {"limit": limit, "worker": "w", "paused": []})
-    assert len(rows.fetchall()) == limit
+    assert len(claim_rows(app, db, limit)[0]) == limit
     counts = dict(db.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY 1").fetchall())
     assert counts == {"running": limit, "queued": 5 - limit}

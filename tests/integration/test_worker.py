@@ -302,3 +302,32 @@ async def test_the_worker_survives_its_database_connections_being_killed(
         await after_outage.defer_async()
         await wait_event(ran, what="a job deferred after the outage")
         await eventually(lambda: statuses(db) == {"succeeded": 1}, what="its outcome")
+
+
+@pytest.mark.anyio
+async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
+    app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A success rides on the worker's next claim. Here that claim meets killed connections: the
+    # claim fails whole, the success goes back to the completer and is written afterwards, once,
+    # and the job is not run again.
+    runs = []
+
+    @app.task
+    async def kills_the_pool_then_succeeds() -> None:
+        runs.append(1)
+        killed = db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'cronbase-worker%'"
+        ).fetchall()
+        assert killed
+
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)) as worker:
+        job_id = await kills_the_pool_then_succeeds.defer_async()
+        await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
+        assert worker._completer is not None
+        await worker._completer.drain()
+        assert (worker._completer.written, worker._completer.fenced_out) == (1, 0)
+    assert any("claiming jobs failed" in r.getMessage() for r in caplog.records), caplog.text
+    assert runs == [1]
+    assert [(a.attempt, a.outcome) for a in app.jobs.attempts(job_id)] == [(1, "succeeded")]

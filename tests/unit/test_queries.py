@@ -86,7 +86,7 @@ def test_queries_are_rendered_once_per_schema() -> None:
 
 # Every % in a statement must be a named parameter or an escaped %%: psycopg reads any other
 # one as a placeholder and fails at run time, far from the .sql file.
-PERCENT = re.compile(rb"%\(\w+\)s|%%")
+PERCENT = re.compile(rb"%\(\w+\)[sb]|%%")
 
 
 @pytest.mark.parametrize("name", sorted(Queries.templates))

@@ -110,7 +110,7 @@ def job_details(job: Job) -> Table:
         ("created at", when(job.created_at)),
         ("started at", when(job.started_at)),
         ("finished at", when(job.finished_at)),
-        ("locked by", Text(job.locked_by or "")),
+        ("worker", Text(job.locked_by or "")),
         ("locked until", when(job.locked_until)),
         ("idempotency key", Text(job.idempotency_key or "")),
         ("dedupe key", Text(job.dedupe_key or "")),

@@ -69,7 +69,6 @@ class Queries:
     claim_jobs: bytes
     claim_jobs_in_queues: bytes
     finish_jobs: bytes
-    succeed_jobs: bytes
     heartbeat_jobs: bytes
     release_jobs: bytes
     reap_expired_jobs: bytes

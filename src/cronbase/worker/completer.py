@@ -1,14 +1,17 @@
 """Batched, fenced completion: outcomes of many attempts written in one statement.
 
-A flush starts as soon as an outcome arrives and nothing is in flight; outcomes that arrive while
-a flush is in flight wait for the next one. Batches so form by themselves under load, and a lone
-job is not delayed by a timer.
+Successes ride on the worker's next claim (``claim_jobs`` writes them and leases new jobs in one
+statement): a job that finishes frees a slot, so a claim follows at once. The completer writes
+what no claim took: failures at once (``finish_jobs``), successes after ``CARRY_WAIT`` (a worker
+that is stopping, or whose queues are paused, claims nothing), everything on ``drain()``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cronbase")
 
 MAX_BATCH = 500
+# How long a success waits for a claim to carry it before the completer writes it alone.
+CARRY_WAIT = 0.02
 
 
 def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
@@ -40,6 +45,37 @@ def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
     }
 
 
+def claim_params(
+    successes: list[Outcome], limit: int, worker_id: str, queues: list[str] | None
+) -> dict[str, Any]:
+    """Parameters of claim_jobs / claim_jobs_in_queues: successes to write, jobs to lease."""
+    return {
+        "done_ids": [o.job.id for o in successes],
+        "done_tokens": [o.job.lease_token for o in successes],
+        "limit": limit,
+        "worker": worker_id,
+        "queues": queues,
+    }
+
+
+def split_claim_rows(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """claim_jobs' rows: the claimed jobs, and the ids of the successes it wrote (the one row
+    whose id is NULL carries them)."""
+    claimed = []
+    written: list[int] = []
+    for row in rows:
+        if row[0] is None:
+            written = row[-1] or []
+        else:
+            claimed.append(row)
+    return claimed, written
+
+
+def _without(outcomes: list[Outcome], gone: list[Outcome]) -> list[Outcome]:
+    ids = {id(o) for o in gone}
+    return [o for o in outcomes if id(o) not in ids]
+
+
 def event_fields(o: Outcome, event: str) -> dict[str, Any]:
     """The fields of a job event log line (``--log-format json`` prints them as keys)."""
     return {
@@ -54,36 +90,79 @@ def event_fields(o: Outcome, event: str) -> dict[str, Any]:
 
 
 class Completer:
-    """Collects outcomes and writes them; ``drain()`` waits until everything is written."""
+    """Collects outcomes and writes them; ``drain()`` waits until everything is written.
+
+    The worker's claim takes successes with :meth:`take_successes` and reports what its
+    statement wrote with :meth:`settle` (or hands them back with :meth:`give_back`).
+    """
 
     def __init__(
         self,
         pool: AsyncConnectionPool,
         queries: Queries,
         worker_id: str,
-        on_written: Callable[[Outcome, str], None] = lambda outcome, status: None,
+        on_written: Callable[[list[tuple[Outcome, str]]], None] = lambda written: None,
     ) -> None:
         self._on_written = on_written
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
         self._pending: list[Outcome] = []
+        self._since = 0.0  # when the oldest pending outcome arrived (time.monotonic())
+        # Outcomes on their way to the database (a flush, or a claim carrying them): their
+        # leases are still renewed, and drain() waits for them.
+        self._in_flight: list[Outcome] = []
         self._wake = asyncio.Event()
+        self._hurry = False
         self._idle = asyncio.Event()
         self._idle.set()
         self.written = 0
         self.fenced_out = 0
 
     def add(self, outcome: Outcome) -> None:
+        if not self._pending:
+            self._since = time.monotonic()
         self._pending.append(outcome)
         self._idle.clear()
         self._wake.set()
 
     @property
     def pending_jobs(self) -> list[Outcome]:
-        return list(self._pending)
+        return self._pending + self._in_flight
+
+    def take_successes(self) -> list[Outcome]:
+        """Hand the waiting successes (up to MAX_BATCH) to a claim that will write them."""
+        if not self._pending:
+            return []
+        taken = [o for o in self._pending if o.outcome == "succeeded"][:MAX_BATCH]
+        self._pending = [] if len(taken) == len(self._pending) else _without(self._pending, taken)
+        self._in_flight.extend(taken)
+        return taken
+
+    def settle(self, carried: list[Outcome], written_ids: list[int]) -> None:
+        """A claim wrote ``written_ids`` of the successes it carried; the rest were fenced out."""
+        self._land(carried)
+        self._report(carried, dict.fromkeys(written_ids, "succeeded"))
+
+    def give_back(self, carried: list[Outcome]) -> None:
+        """The claim carrying these failed (nothing of it committed): write them later."""
+        self._land(carried)
+        self._pending[:0] = carried
+        if carried:
+            self._since = 0.0  # waited for a claim already: write them at once
+            self._idle.clear()
+            self._wake.set()
+
+    def _land(self, outcomes: list[Outcome]) -> None:
+        if outcomes:
+            self._in_flight = _without(self._in_flight, outcomes)
+        if not self._pending and not self._in_flight:
+            self._idle.set()
 
     async def drain(self) -> None:
+        """Write everything now (no more waiting for a claim) and return when it is written."""
+        self._hurry = True
+        self._wake.set()
         await self._idle.wait()
 
     async def run(self) -> None:
@@ -92,12 +171,27 @@ class Completer:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            # Successes wait up to CARRY_WAIT for the worker's next claim to carry them (one
+            # commit, not two); counted from when the oldest of those still here arrived.
+            while (
+                self._pending
+                and not self._hurry
+                and all(o.outcome == "succeeded" for o in self._pending)
+                and (left := self._since + CARRY_WAIT - time.monotonic()) > 0
+            ):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._wake.wait()
+                self._wake.clear()
             while self._pending:
-                batch = self._pending[:MAX_BATCH]
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                self._in_flight.extend(batch)
                 try:
                     await self._flush(batch)
                 except psycopg.OperationalError as exc:
                     logger.warning("recording %d outcomes failed (%s); retrying", len(batch), exc)
+                    self._in_flight = _without(self._in_flight, batch)
+                    self._pending[:0] = batch
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
                     continue
@@ -109,29 +203,34 @@ class Completer:
                         ", ".join(str(o.job.id) for o in batch),
                     )
                 delay = 0.05
-                del self._pending[: len(batch)]
-            self._idle.set()
+                self._in_flight = _without(self._in_flight, batch)
+            self._land([])
 
     async def _flush(self, batch: list[Outcome]) -> None:
         if all(o.outcome == "succeeded" for o in batch):
-            query = self._queries.succeed_jobs
-            params = {
-                "ids": [o.job.id for o in batch],
-                "tokens": [o.job.lease_token for o in batch],
-                "worker": self._worker_id,
-            }
-        else:
-            query, params = self._queries.finish_jobs, finish_params(batch, self._worker_id)
+            # claim_jobs with limit 0 writes the successes and leases nothing.
+            params = claim_params(batch, 0, self._worker_id, None)
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(self._queries.claim_jobs, params)
+                written_ids = split_claim_rows(await cur.fetchall())[1]
+            self._report(batch, dict.fromkeys(written_ids, "succeeded"))
+            return
         async with self._pool.connection() as conn:
-            cur = await conn.execute(query, params)
+            cur = await conn.execute(
+                self._queries.finish_jobs, finish_params(batch, self._worker_id)
+            )
             rows = await cur.fetchall()
-        written = {row[0]: row[1] for row in rows}
+        self._report(batch, {row[0]: row[1] for row in rows})
+
+    def _report(self, batch: list[Outcome], written: dict[int, str]) -> None:
+        """Count, log and feed metrics for what was written; warn about what was fenced out."""
         self.written += len(written)
         log_successes = logger.isEnabledFor(logging.INFO)
+        landed = []
         for o in batch:
             status = written.get(o.job.id)
             if status is not None:
-                self._on_written(o, status)
+                landed.append((o, status))
             if status == "succeeded":
                 # The common case first, and no log record (nor its extra dict) unless wanted.
                 if log_successes:
@@ -166,3 +265,4 @@ class Completer:
                     o.error,
                     extra=event_fields(o, "retried" if status == "failed" else "dead"),
                 )
+        self._on_written(landed)

@@ -29,9 +29,10 @@ TRACEBACK_LIMIT = 8000  # characters kept, from the end: the innermost frames sa
 ERROR_LIMIT = 2000
 
 
-@dataclass
+@dataclass(eq=False)
 class ClaimedJob:
-    """One leased attempt, as claim_jobs returned it."""
+    """One leased attempt, as claim_jobs returned it; equal only to itself (the worker keys its
+    running attempts by it)."""
 
     id: int
     task: str
@@ -52,11 +53,11 @@ class ClaimedJob:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _run_at) = row
+        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _) = row
         return cls(job_id, task, queue, payload, priority, attempt, max_attempts, token, lease)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class Outcome:
     """What one attempt came to; fed to finish_jobs in batches."""
 

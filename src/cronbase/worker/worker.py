@@ -8,7 +8,8 @@ In order, :meth:`Worker.run`:
    batches, ``completer.py``); and, unless disabled, the Scheduler (turns due schedule slots into
    jobs, ``schedule/scheduler.py``);
 2. loops: every ``reap_interval`` make jobs with expired leases claimable again; claim as many due
-   jobs as there are free slots, in one statement (``claim_jobs`` in ``db/sql/jobs.sql``); start
+   jobs as there are free slots, in one statement that also writes the successes waiting in the
+   Completer (``claim_jobs`` in ``db/sql/jobs.sql``); start
    each in its own asyncio task (``executor.py``: sync handlers go to a bounded thread pool); then
    sleep until a notification, a finished job, the poll interval or the next reap. A lost
    database connection pauses the loop; it does not end it;
@@ -29,7 +30,6 @@ import os
 import secrets
 import signal
 import socket
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -43,7 +43,7 @@ from ..errors import ConfigurationError
 from ..maintenance import Retention, run_retention
 from ..metrics import WorkerMetrics
 from ..schedule.scheduler import Scheduler
-from .completer import Completer
+from .completer import Completer, claim_params, split_claim_rows
 from .executor import ClaimedJob, Outcome, execute
 from .heartbeat import Heartbeater
 
@@ -122,10 +122,11 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._signals = 0
-        # Keyed by lease token, not job id: an attempt whose lease was lost may still be running
-        # in its thread when this worker claims the same job again.
-        self._running: dict[uuid.UUID, tuple[ClaimedJob, asyncio.Task[Outcome]]] = {}
-        self._lost: set[uuid.UUID] = set()
+        # Keyed by the attempt (ClaimedJob compares by identity), not job id: an attempt whose
+        # lease was lost may still be running in its thread when this worker claims the same job
+        # again. Identity hashing is also cheaper than hashing a UUID, twice a job.
+        self._running: dict[ClaimedJob, asyncio.Task[Outcome]] = {}
+        self._lost: set[ClaimedJob] = set()
         self._pool: AsyncConnectionPool | None = None
         self._completer: Completer | None = None
         self._heartbeater: Heartbeater | None = None
@@ -300,24 +301,30 @@ class Worker:
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         assert self._pool is not None
         assert self._heartbeater is not None
+        assert self._completer is not None
         q = self.app.queries
-        params = {"limit": limit, "worker": self.id, "queues": self.queues}
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                q.claim_jobs_in_queues if self.queues else q.claim_jobs, params
-            )
-            rows = await cur.fetchall()
+        # The successes waiting to be written ride on this claim: one statement, one commit.
+        carried = self._completer.take_successes()
+        params = claim_params(carried, limit, self.id, self.queues)
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    q.claim_jobs_in_queues if self.queues else q.claim_jobs, params
+                )
+                rows, written_ids = split_claim_rows(await cur.fetchall())
+        except BaseException:
+            self._completer.give_back(carried)
+            raise
+        self._completer.settle(carried, written_ids)
         jobs = [ClaimedJob.from_row(row) for row in rows]
         jobs.sort(key=lambda j: (j.priority, j.id))
         # Per job, the loop below is the worker's hottest Python: no log record (nor its extra
-        # dict) unless someone listens, and metric children looked up once per task and queue.
+        # dict) unless someone listens, and metrics counted per task and queue, once a batch.
         log_claims = logger.isEnabledFor(logging.INFO)
+        counts: dict[tuple[str, str], int] = {}
         for job in jobs:
             key = (job.task, job.queue)
-            counter = self._claimed_counters.get(key)
-            if counter is None:
-                counter = self._claimed_counters[key] = self.metrics.claimed.labels(*key)
-            counter.inc()
+            counts[key] = counts.get(key, 0) + 1
             if log_claims:
                 logger.info(
                     "job %d claimed: task=%s attempt=%d",
@@ -333,7 +340,12 @@ class Worker:
                     },
                 )
             task = asyncio.create_task(self._run_job(job), name=f"cronbase-job-{job.id}")
-            self._running[job.lease_token] = (job, task)
+            self._running[job] = task
+        for key, n in counts.items():
+            counter = self._claimed_counters.get(key)
+            if counter is None:
+                counter = self._claimed_counters[key] = self.metrics.claimed.labels(*key)
+            counter.inc(n)
         if jobs:
             # A lease shorter than any held so far must be renewed sooner than planned.
             self._heartbeater.jobs_changed()
@@ -348,26 +360,31 @@ class Worker:
             )
             # An attempt whose lease was lost is no longer ours to complete (the completion
             # would be fenced out anyway; this saves the round trip and the warning).
-            if job.lease_token not in self._lost and not outcome.written:
+            if job not in self._lost and not outcome.written:
                 self._completer.add(outcome)
             return outcome
         finally:
             # Also on cancellation (lease lost, grace period over): nothing is written then.
-            self._running.pop(job.lease_token, None)
-            self._lost.discard(job.lease_token)
+            self._running.pop(job, None)
+            self._lost.discard(job)
             self._wake.set()
 
-    def _on_written(self, outcome: Outcome, status: str) -> None:
-        job = outcome.job
-        key = (job.task, job.queue, status)
-        finished = self._finished_counters.get(key)
-        if finished is None:
-            finished = self._finished_counters[key] = self.metrics.finished.labels(*key)
-        finished.inc()
-        duration = self._durations.get(key[:2])
-        if duration is None:
-            duration = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
-        duration.observe(outcome.duration)
+    def _on_written(self, written: list[tuple[Outcome, str]]) -> None:
+        """Metrics for a batch of written outcomes: counters once per task, queue and status."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for outcome, status in written:
+            job = outcome.job
+            key = (job.task, job.queue, status)
+            counts[key] = counts.get(key, 0) + 1
+            duration = self._durations.get(key[:2])
+            if duration is None:
+                duration = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
+            duration.observe(outcome.duration)
+        for key, n in counts.items():
+            finished = self._finished_counters.get(key)
+            if finished is None:
+                finished = self._finished_counters[key] = self.metrics.finished.labels(*key)
+            finished.inc(n)
 
     def _progress_from_any_thread(self) -> None:
         # Handlers report progress from their own thread (sync) or from the loop (async).
@@ -377,18 +394,14 @@ class Worker:
     def _held(self) -> list[ClaimedJob]:
         assert self._completer is not None
         # A job whose transaction() committed is finished: nothing left to renew.
-        running = [
-            job
-            for job, _ in self._running.values()
-            if job.lease_token not in self._lost and not job.completed
-        ]
+        running = [job for job in self._running if job not in self._lost and not job.completed]
         # Outcomes not yet written keep their leases renewed, or a slow write could let the
         # reaper hand a finished job to another worker.
         return running + [o.job for o in self._completer.pending_jobs]
 
     def _on_lease_lost(self, job: ClaimedJob) -> None:
-        entry = self._running.get(job.lease_token)
-        if entry is None or job.lease_token in self._lost:
+        running = self._running.get(job)
+        if running is None or job in self._lost:
             # Known already, or finished between the heartbeat's snapshot and its renewal: the
             # outcome is then with the completer, whose write is fenced by the same token.
             return
@@ -399,12 +412,12 @@ class Worker:
             job.attempt,
             job.task,
         )
-        self._lost.add(job.lease_token)
+        self._lost.add(job)
         # An async handler can be stopped; a sync one runs on in its thread, fenced out, and
         # keeps its slot until it returns.
         task = self.app.tasks.get(job.task)
         if task is not None and task.is_async:
-            entry[1].cancel()
+            running.cancel()
 
     async def _reap(self) -> None:
         assert self._pool is not None
@@ -421,10 +434,10 @@ class Worker:
     async def _shutdown(self) -> None:
         assert self._pool is not None
         assert self._completer is not None
-        tasks = [task for _, task in self._running.values()]
+        tasks = list(self._running.values())
         if tasks:
             await asyncio.wait(tasks, timeout=self.shutdown_grace)
-        leftover = [(job, task) for job, task in self._running.values() if not task.done()]
+        leftover = [(job, task) for job, task in self._running.items() if not task.done()]
         if leftover:
             logger.warning(
                 "grace period over: handing back %d running jobs (attempt not counted)",

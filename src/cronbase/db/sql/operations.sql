@@ -64,11 +64,20 @@ ORDER BY n.queue;
 
 -- name: throughput_by_minute
 -- Attempts ended per minute over the last hour: succeeded, and failed (retrying or dead).
+-- Successes are the history's (succeeded jobs since retried) and the succeeded jobs' own rows,
+-- which record their final attempt (jobs_status_finished_idx finds them by status and time).
+WITH ended AS (
+    SELECT finished_at, outcome FROM {schema}.job_attempts
+    WHERE finished_at > date_trunc('minute', now()) - interval '59 minutes'
+    UNION ALL
+    SELECT finished_at, 'succeeded' FROM {schema}.jobs
+    WHERE status = 'succeeded'
+      AND finished_at > date_trunc('minute', now()) - interval '59 minutes'
+)
 SELECT date_trunc('minute', finished_at) AS minute,
        count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE outcome IN ('failed', 'dead', 'lost')) AS failed
-FROM {schema}.job_attempts
-WHERE finished_at > date_trunc('minute', now()) - interval '59 minutes'
+FROM ended
 GROUP BY 1
 ORDER BY 1;
 
