@@ -69,11 +69,12 @@ _OPTIONS: dict[str, Any] = {
     "delay": timedelta(0),
     "max_attempts": 20,
     "lease": timedelta(minutes=1),
+    "channel": "cronbase_jobs",
 }
 
 
 def enqueue_single(url: str, n: int) -> float:
-    """cronbase's insert_job, one per transaction (its trigger sends the NOTIFY)."""
+    """cronbase's insert_job, one per transaction (it sends its NOTIFY)."""
     q = cronbase.App(database_url=url).queries
     with psycopg.connect(url, autocommit=True) as conn:
         start = time.perf_counter()

@@ -35,8 +35,11 @@ CREATE INDEX jobs_due_idx ON jobs (priority, run_at, id) WHERE status = 'queued'
 """
 
 INSERT_ONE = "INSERT INTO jobs (task, payload) VALUES (%s, %s::jsonb) RETURNING id"
+# Arrays go in binary (%b): psycopg's text dump of a list runs a regex per element, and the
+# ceiling should be the fastest raw SQL, not the most obvious (binary: ~1.4x on bulk inserts).
 INSERT_UNNEST = (
-    "INSERT INTO jobs (task, payload) SELECT 'noop', p FROM unnest(%s::jsonb[]) AS p RETURNING id"
+    "INSERT INTO jobs (task, payload) "
+    "SELECT 'noop', p FROM unnest(%b::text[]::jsonb[]) AS p RETURNING id"
 )
 INSERT_NOTIFY = (
     "WITH j AS (INSERT INTO jobs (task, payload) VALUES ('ping', %s::jsonb) RETURNING id) "
@@ -54,7 +57,7 @@ RETURNING j.id, j.payload
 """
 COMPLETE = (
     "UPDATE jobs SET status = 'succeeded', finished_at = now(), locked_until = NULL "
-    "WHERE id = ANY(%s)"
+    "WHERE id = ANY(%b::bigint[])"
 )
 
 

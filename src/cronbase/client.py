@@ -217,6 +217,7 @@ def build_insert(
     params = opts.insert_params.copy()
     params["task"] = task
     params["payload"] = encode_payload(task, payload)
+    params["channel"] = q.channel
     if not opts.has_keys:
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
@@ -237,6 +238,7 @@ def build_insert_many(
     params = opts.insert_params.copy()
     params["task"] = task
     params["payloads"] = [encode_payload(task, p) for p in payloads]
+    params["channel"] = q.channel
     return q.insert_jobs, params
 
 

@@ -100,7 +100,7 @@ def test_0006_moves_a_success_recorded_in_the_history_to_the_job_row(
         VALUES (1, 1, 'A', 'failed'), (1, 2, 'B', 'succeeded'), (2, 1, 'C', 'succeeded')
         """
     )
-    assert migrate.apply_migrations(conn, name) == ["0006_success_in_job_row"]
+    assert migrate.apply_migrations(conn, name)[0] == "0006_success_in_job_row"
     history = conn.execute(
         f"SELECT job_id, attempt, worker, outcome FROM {name}.job_attempts ORDER BY job_id, attempt"
     ).fetchall()

@@ -68,3 +68,37 @@ async def test_an_idle_worker_wakes_on_notify_and_again_after_its_listener_is_ki
 
         await ping.defer_async(n=2)
         await wait_event(ran[2], within=PROMPTLY, what="a job deferred after the reconnect")
+
+
+def notifications(database_url: str, act: Any) -> list[tuple[str, str]]:
+    """(channel, payload) of every notification ``act()`` caused, as a listener receives them."""
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN cronbase_jobs")
+        act()
+        # A round trip after the commit: the notifications, if any, arrived before its answer.
+        listener.execute("SELECT 1")
+        return [(n.channel, n.payload) for n in listener.notifies(timeout=0.2)]
+
+
+def test_each_enqueue_statement_notifies_once_per_queue_when_the_job_is_due(
+    app: cronbase.App, database_url: str
+) -> None:
+    @app.task(queue="mail")
+    def send(n: int) -> None: ...
+
+    due = [("cronbase_jobs", "mail")]
+    assert notifications(database_url, lambda: send.defer(n=1)) == due
+    many = [{"n": n} for n in range(1000)]
+    assert notifications(database_url, lambda: send.defer_many(many)) == due
+    later = send.configure(delay=timedelta(hours=1))
+    assert notifications(database_url, lambda: later.defer(n=2)) == []
+    assert notifications(database_url, lambda: later.defer_many(many)) == []
+    keyed = send.configure(idempotency_key="mail:1")
+    assert notifications(database_url, lambda: keyed.defer(n=3)) == due
+    assert notifications(database_url, lambda: keyed.defer(n=3)) == []  # the same job: no news
+    debounced = send.configure(
+        dedupe_key="digest", on_duplicate="replace", delay=timedelta(hours=1)
+    )
+    assert notifications(database_url, lambda: debounced.defer(n=4)) == []
+    now = send.configure(dedupe_key="digest", on_duplicate="replace")
+    assert notifications(database_url, lambda: now.defer(n=5)) == due  # replaced: due now

@@ -14,6 +14,8 @@ from typing import ClassVar
 
 from psycopg import sql
 
+from .notifier import channel_name
+
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
 
@@ -115,6 +117,8 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
+        # The LISTEN/NOTIFY channel of this schema's jobs (the insert statements notify on it).
+        self.channel = channel_name(schema)
         for name, template in self.templates.items():
             setattr(self, name, render(template, schema))
 

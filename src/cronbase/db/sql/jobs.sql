@@ -2,17 +2,26 @@
 -- quoted schema name, %(name)s are psycopg parameters, SQL braces are doubled.
 
 -- name: insert_job
--- Insert one job with no uniqueness keys: the common, fastest path.
-INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
-VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
-        COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s, %(lease)s)
-RETURNING id, true AS created;
+-- Insert one job with no uniqueness keys: the common, fastest path. A due job wakes listening
+-- workers: one NOTIFY on %(channel)s naming its queue, sent at commit. Each insert statement
+-- notifies itself (as River's and Oban's clients do) rather than through an AFTER INSERT
+-- trigger: the trigger's transition table cost ~10% of a bulk insert (migration 0007).
+WITH ins AS (
+    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
+    VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
+            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+            %(lease)s)
+    RETURNING id, queue, run_at
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM ins WHERE run_at <= now()
+)
+SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 
 -- name: insert_job_unique
 -- Insert one job with an idempotency and/or dedupe key; on conflict return the existing job.
 -- The second branch runs only when the insert did nothing. It can miss a row committed after this
 -- statement's snapshot was taken (the conflicting insert we waited on); the caller then runs the
--- statement again, which takes a fresh snapshot.
+-- statement again, which takes a fresh snapshot. Only a job inserted (and due) notifies.
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
                                idempotency_key, dedupe_key)
@@ -20,9 +29,11 @@ WITH ins AS (
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
             %(lease)s, %(idempotency_key)s, %(dedupe_key)s)
     ON CONFLICT DO NOTHING
-    RETURNING id
+    RETURNING id, queue, run_at
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM ins WHERE run_at <= now()
 )
-SELECT id, true AS created FROM ins
+SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n
 UNION ALL
 SELECT id, false AS created FROM (
     -- When the two keys match different jobs, the idempotency key's job is the answer.
@@ -38,6 +49,7 @@ SELECT id, false AS created FROM (
 -- name: upsert_job_replace
 -- Debounce: a waiting job with the same dedupe key gets the new payload, priority and run_at.
 -- A running one is left alone and its id returned (it already started with the old payload).
+-- A job inserted or replaced that is due notifies.
 WITH up AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
                                dedupe_key)
@@ -49,9 +61,11 @@ WITH up AS (
     DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
                   run_at = EXCLUDED.run_at, updated_at = now()
         WHERE {schema}.jobs.status IN ('queued', 'failed')
-    RETURNING id, (xmax = 0) AS created
+    RETURNING id, (xmax = 0) AS created, queue, run_at
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM up WHERE run_at <= now()
 )
-SELECT id, created FROM up
+SELECT id, created FROM up, (SELECT count(*) FROM notified) n
 UNION ALL
 SELECT id, false AS created FROM {schema}.jobs
 WHERE NOT EXISTS (SELECT FROM up)
@@ -60,13 +74,23 @@ LIMIT 1;
 
 -- name: insert_jobs
 -- Bulk insert in one statement; ids come back in input order (rows are inserted, and returned,
--- in the ORDER BY's order). The statement trigger sends one NOTIFY per queue, not per row.
-INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
-SELECT %(task)s, %(queue)s, p.payload, %(priority)s,
-       COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s, %(lease)s
-FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS p(payload, ord)
-ORDER BY p.ord
-RETURNING id;
+-- in the ORDER BY's order, which the CTE scan keeps). One NOTIFY per queue, not per row: a bulk
+-- insert of 20,000 jobs wakes listeners once (all rows share one queue and run_at here).
+-- The payloads (JSON text) are sent as a binary text[]: psycopg's text dump of a list runs a
+-- regex per element to decide on quoting; binary made defer_many of 1,000 ~25% faster.
+WITH ins AS (
+    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
+    SELECT %(task)s, %(queue)s, p.payload, %(priority)s,
+           COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
+           %(lease)s
+    FROM unnest(%(payloads)b::text[]::jsonb[]) WITH ORDINALITY AS p(payload, ord)
+    ORDER BY p.ord
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(%(channel)s, %(queue)s)
+    WHERE COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval) <= now()
+)
+SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 
 -- name: claim_jobs
 -- Record this worker's waiting successes and lease up to %(limit)s due jobs from any queue, in one
