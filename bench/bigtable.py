@@ -8,7 +8,6 @@ its latency should not move; the drain rate neither. Both are measured on the em
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import psycopg
 
@@ -54,18 +53,17 @@ def clear_due(url: str) -> None:
 def claim_latency(url: str, s: Settings, batch: int) -> dict[str, float]:
     """Time ``claim_jobs`` (the worker's statement and parameters) alone, each its own commit.
 
-    Claimed jobs are finished with ``finish_jobs`` after each claim, as a worker would, so the
-    index keeps its shape; only the claim is timed.
+    Claimed jobs are then written succeeded (``claim_jobs`` with limit 0 carrying them, the
+    worker's fallback), so the index keeps its shape; only the claim is timed.
     """
     app = cronbase.App(database_url=url)
     q = app.queries
     cronbase_subject.preload(url, s.claim_samples * batch + batch)
     times: list[float] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        params: dict[str, Any] = {"limit": batch, "worker": "bench", "queues": None}
         for _ in range(s.claim_samples):
             start = time.perf_counter()
-            rows = conn.execute(q.claim_jobs, params).fetchall()
+            rows = cronbase_sql.claim(conn, q, batch, "bench", [])[0]
             times.append(time.perf_counter() - start)
             cronbase_sql.succeed(conn, q, rows, "bench")
     return {p: harness.percentile(times, q_) * 1000 for p, q_ in (("p50", 50), ("p95", 95))}

@@ -158,7 +158,7 @@ def targets(rows: list[Row]) -> list[Row]:
             notifies,
             "1 per defer_many",
             notifies == 1,
-            "statement-level trigger over the transition table, DISTINCT queue (migrations/0001)",
+            "insert_jobs sends one pg_notify per queue from its own statement (db/sql/jobs.sql)",
         )
     for limit in (1, 100):
         empty = _value(rows, p, "cronbase", f"claim p50, limit {limit}, empty")

@@ -108,8 +108,8 @@ def _as_list(result: Measurement | list[Measurement]) -> list[Measurement]:
 
 
 def notify_count(url: str, s: Settings) -> Measurement:
-    """Notifications one LISTENer gets per defer_many call: the trigger sends one per statement
-    and queue, so 1, however many jobs the call holds."""
+    """Notifications one LISTENer gets per defer_many call: the statement sends one per queue,
+    so 1, however many jobs the call holds."""
     calls = 5
     cronbase_subject.reset(url)
     app = cronbase_subject.make_app(url)[0]
