@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import psycopg
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, start_http_server
 
 from ..db import migrate, pool
 from ..db.notifier import Notifier
@@ -112,7 +112,6 @@ class Worker:
         self.metrics = WorkerMetrics(app)
         self._claimed_counters: dict[tuple[str, str], Counter] = {}
         self._finished_counters: dict[tuple[str, str, str], Counter] = {}
-        self._durations: dict[tuple[str, ...], Histogram] = {}
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.id = worker_id or new_worker_id()
@@ -376,10 +375,7 @@ class Worker:
             job = outcome.job
             key = (job.task, job.queue, status)
             counts[key] = counts.get(key, 0) + 1
-            duration = self._durations.get(key[:2])
-            if duration is None:
-                duration = self._durations[key[:2]] = self.metrics.duration.labels(*key[:2])
-            duration.observe(outcome.duration)
+            self.metrics.duration.labels(job.task, job.queue).observe(outcome.duration)
         for key, n in counts.items():
             finished = self._finished_counters.get(key)
             if finished is None:
