@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 import cronbase
 from cronbase.db import embedded, migrate
+from cronbase.worker.completer import split_claim_rows
 
 SCHEMA = "cronbase"
 
@@ -113,11 +114,4 @@ def claim_rows(
         "done_tokens": done[1],
     }
     statement = app.queries.claim_jobs_in_queues if queues else app.queries.claim_jobs
-    claimed: list[tuple[Any, ...]] = []
-    written: list[int] = []
-    for row in db.execute(statement, params).fetchall():
-        if row[0] is None:
-            written = row[-1] or []
-        else:
-            claimed.append(row)
-    return claimed, written
+    return split_claim_rows(db.execute(statement, params).fetchall())

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 import cronbase
+from cronbase.worker.completer import split_claim_rows
 
 from .cronbase_subject import count_done, preload, reset, setup
 
@@ -33,13 +34,8 @@ def claim(
         "done_ids": [r[0] for r in done],
         "done_tokens": [r[7] for r in done],
     }
-    claimed, written = [], 0
-    for row in conn.execute(q.claim_jobs, params).fetchall():
-        if row[0] is None:
-            written = len(row[-1] or ())
-        else:
-            claimed.append(row)
-    return claimed, written
+    claimed, written = split_claim_rows(conn.execute(q.claim_jobs, params).fetchall())
+    return claimed, len(written)
 
 
 def succeed(conn: psycopg.Connection[Any], q: Any, rows: list[Any], worker: str) -> None:

@@ -1,8 +1,9 @@
 """LISTEN/NOTIFY on a dedicated connection, reconnecting when it drops.
 
-Each statement that makes jobs due (enqueue, retry, requeue, release, reap) sends one notification
-per queue on channel ``<schema>_jobs``; the worker's claim loop wakes on it. Polling stays as the fallback, so a lost notification delays a
-job by at most one poll interval, never loses it.
+Each statement that makes jobs due (enqueue, retry, requeue, release, reap) sends one
+notification per queue on channel ``<schema>_jobs``; the worker's claim loop wakes on it. Polling
+stays as the fallback, so a lost notification delays a job by at most one poll interval, never
+loses it.
 """
 
 from __future__ import annotations

@@ -53,7 +53,10 @@ class ClaimedJob:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _) = row
+        # The last column is claim_jobs' `finished` (NULL on a claimed job's row).
+        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _finished) = (
+            row
+        )
         return cls(job_id, task, queue, payload, priority, attempt, max_attempts, token, lease)
 
 
