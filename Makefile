@@ -1,22 +1,28 @@
 # make demo | make test | make check: each creates .venv first when missing (Python 3.11+ only).
-# The venv is reinstalled when pyproject.toml is newer than its stamp file.
+# The venv is reinstalled when pyproject.toml is newer than its stamp file. make test also needs
+# Debian's chromium, pgbouncer and postgresql-15: scripts/prerequisites.sh installs them as root
+# (apt-get) when missing, or stops with the command to run.
 
 PYTHON = python3
 VENV = .venv
 STAMP = $(VENV)/.cronbase-installed
 
-.PHONY: demo test check screenshots
+.PHONY: demo test check screenshots prerequisites
 
 demo: $(STAMP)
 	$(VENV)/bin/cronbase demo
 
-test: $(STAMP)
+test: prerequisites $(STAMP)
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 check: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests examples bench
 	$(VENV)/bin/ruff check src tests examples bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+prerequisites:
+	@sh scripts/prerequisites.sh
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

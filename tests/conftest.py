@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 import cronbase
 from cronbase.db import embedded, migrate
-from cronbase.worker.completer import split_claim_rows
+from cronbase.worker.claim import ClaimedJob, claim_jobs_sync, claim_params
 
 SCHEMA = "cronbase"
 
@@ -102,16 +102,12 @@ def claim_rows(
     limit: int,
     worker: str = "w",
     queues: list[str] | None = None,
-    done: tuple[list[int], list[Any]] = ([], []),
-) -> tuple[list[tuple[Any, ...]], list[int]]:
+    done: list[ClaimedJob] | None = None,
+    tasks: list[str] | None = None,
+) -> tuple[list[ClaimedJob], list[int]]:
     """claim_jobs (claim_jobs_in_queues with ``queues``) as a worker sends it, writing the
-    successes ``done`` = (ids, lease tokens): the claimed rows and the ids of successes written."""
-    params = {
-        "limit": limit,
-        "worker": worker,
-        "queues": queues,
-        "done_ids": done[0],
-        "done_tokens": done[1],
-    }
-    statement = app.queries.claim_jobs_in_queues if queues else app.queries.claim_jobs
-    return split_claim_rows(db.execute(statement, params).fetchall())
+    successes of the attempts ``done``: the claimed jobs and the ids of successes written."""
+    params = claim_params(done=done or [], limit=limit, worker=worker, queues=queues, tasks=tasks)
+    result = claim_jobs_sync(db, app.queries, params)
+    assert not result.undecodable, result.undecodable
+    return result.jobs, result.written_ids

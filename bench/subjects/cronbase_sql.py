@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 import cronbase
-from cronbase.worker.completer import split_claim_rows
+from cronbase.worker.claim import claim_jobs_sync, claim_params
 
 from .cronbase_subject import count_done, preload, reset, setup
 
@@ -25,17 +25,10 @@ NAME = "cronbase SQL, no library"
 def claim(
     conn: psycopg.Connection[Any], q: Any, limit: int, worker: str, done: list[Any]
 ) -> tuple[list[Any], int]:
-    """The worker's claim_jobs: write the successes of ``done`` (claimed rows: id first, token at
-    index 7) and lease up to ``limit`` jobs. Returns the claimed rows and how many were written."""
-    params = {
-        "limit": limit,
-        "worker": worker,
-        "queues": None,
-        "done_ids": [r[0] for r in done],
-        "done_tokens": [r[7] for r in done],
-    }
-    claimed, written = split_claim_rows(conn.execute(q.claim_jobs, params).fetchall())
-    return claimed, len(written)
+    """The worker's claim_jobs: write the successes of ``done`` (claimed jobs) and lease up to
+    ``limit`` jobs. Returns the claimed jobs and how many successes were written."""
+    result = claim_jobs_sync(conn, q, claim_params(done=done, limit=limit, worker=worker))
+    return result.jobs, len(result.written_ids)
 
 
 def succeed(conn: psycopg.Connection[Any], q: Any, rows: list[Any], worker: str) -> None:

@@ -13,6 +13,7 @@ from .errors import (
     MigrationError,
     PayloadError,
     UnknownTaskError,
+    WorkerFatalError,
 )
 from .job import Job, JobAttempt, JobStatus
 from .retry import Backoff
@@ -48,5 +49,6 @@ __all__ = [
     "Task",
     "UnknownTaskError",
     "Worker",
+    "WorkerFatalError",
     "current_job",
 ]

@@ -8,11 +8,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .db.fetch import fetch_all, fetch_all_async
 from .job import Job, JobStatus
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
 
 
 def _search_params(
@@ -39,7 +38,7 @@ def _search_params(
 
 
 def search_jobs(
-    app: App,
+    db: Database,
     *,
     status: JobStatus | str | None = None,
     queue: str | None = None,
@@ -50,11 +49,11 @@ def search_jobs(
 ) -> list[Job]:
     """Newest first: filtered, and matching ``search`` as a job id or a key (or key prefix)."""
     params = _search_params(status, queue, task, search, limit, offset)
-    return [Job.from_row(r) for r in fetch_all(app, app.queries.search_jobs, params)]
+    return [Job.from_row(r) for r in db.fetch_all(db.queries.search_jobs, params)]
 
 
 async def search_jobs_async(
-    app: App,
+    db: Database,
     *,
     status: JobStatus | str | None = None,
     queue: str | None = None,
@@ -64,34 +63,34 @@ async def search_jobs_async(
     offset: int = 0,
 ) -> list[Job]:
     params = _search_params(status, queue, task, search, limit, offset)
-    return [Job.from_row(r) for r in await fetch_all_async(app, app.queries.search_jobs, params)]
+    return [Job.from_row(r) for r in await db.fetch_all_async(db.queries.search_jobs, params)]
 
 
 def long_running(
-    app: App, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
+    db: Database, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
 ) -> list[Job]:
     """Running jobs started more than ``older_than`` ago or ``leases`` of their own leases ago
     (their lease renewed that many times), oldest first."""
     params = {"older_than": older_than, "leases": leases, "limit": limit}
-    return [Job.from_row(r) for r in fetch_all(app, app.queries.list_long_running, params)]
+    return [Job.from_row(r) for r in db.fetch_all(db.queries.list_long_running, params)]
 
 
 async def long_running_async(
-    app: App, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
+    db: Database, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
 ) -> list[Job]:
     params = {"older_than": older_than, "leases": leases, "limit": limit}
-    rows = await fetch_all_async(app, app.queries.list_long_running, params)
+    rows = await db.fetch_all_async(db.queries.list_long_running, params)
     return [Job.from_row(r) for r in rows]
 
 
-def requeue_dead(app: App, *, task: str | None = None, queue: str | None = None) -> list[int]:
+def requeue_dead(db: Database, *, task: str | None = None, queue: str | None = None) -> list[int]:
     """Run dead jobs (of a task, of a queue, or all) again now; returns their ids."""
-    params = {"task": task, "queue": queue, "channel": app.channel}
-    return [r["id"] for r in fetch_all(app, app.queries.requeue_dead_jobs, params)]
+    params = {"task": task, "queue": queue, "channel": db.channel}
+    return [r["id"] for r in db.fetch_all(db.queries.requeue_dead_jobs, params)]
 
 
 async def requeue_dead_async(
-    app: App, *, task: str | None = None, queue: str | None = None
+    db: Database, *, task: str | None = None, queue: str | None = None
 ) -> list[int]:
-    params = {"task": task, "queue": queue, "channel": app.channel}
-    return [r["id"] for r in await fetch_all_async(app, app.queries.requeue_dead_jobs, params)]
+    params = {"task": task, "queue": queue, "channel": db.channel}
+    return [r["id"] for r in await db.fetch_all_async(db.queries.requeue_dead_jobs, params)]

@@ -1,12 +1,10 @@
-"""App: configuration, the task registry, connection pools; the front door users hold."""
+"""App: configuration, the task registry and the facade users hold; the database is its ``db``."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import logging
-import re
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -15,18 +13,17 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .audit import Audit
 from .client import JobOptions, Jobs
-from .db import embedded, migrate, pool
-from .db.notifier import channel_name
+from .db.database import DEFAULT_POOL_SIZE, Database
 from .db.queries import Queries
 from .effects import Effects
-from .errors import ConfigurationError, PayloadError, UnknownTaskError
+from .errors import ConfigurationError, PayloadError
 from .job import Payload
 from .queues import Queues
 from .retry import Backoff
 from .schedule.admin import Schedules
 from .schedule.scheduler import ScheduleSpec
-from .stats import Overview, overview, overview_async
-from .task import Task, TaskDefaults
+from .stats import Overview, UnservedJobs, overview, overview_async, unserved_jobs
+from .task import Task, TaskDefaults, find_task
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -39,8 +36,6 @@ R = TypeVar("R")
 # What App.defer(name, payload, **options) accepts: Task.configure's keywords.
 _DEFER_OPTIONS = frozenset(inspect.signature(Task.configure).parameters) - {"self"}
 
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
-
 
 class App:
     """Holds configuration and registered tasks.
@@ -50,54 +45,49 @@ class App:
     ... def send_invoice(invoice_id: int) -> None: ...
     """
 
-    def __init__(self, database_url: str | None = None, *, schema: str = "cronbase") -> None:
-        if not _SCHEMA_NAME.match(schema):
-            raise ConfigurationError(
-                f"schema name {schema!r} must be lower-case letters, digits and underscores"
-            )
-        self.schema = schema
-        self.queries = Queries.for_schema(schema)
-        self.channel = channel_name(schema)
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str = "cronbase",
+        listen_url: str | None = None,
+        pooler: str | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> None:
+        self.db = Database(
+            database_url, schema=schema, listen_url=listen_url, pooler=pooler, pool_size=pool_size
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self.jobs = Jobs(self)
-        self.schedules = Schedules(self)
-        self.effects = Effects(self)
-        self.queues = Queues(self)
-        self.audit = Audit(self)
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
         self.periodic_schedules: dict[str, ScheduleSpec] = {}
-        self._explicit_url = database_url
-        if database_url:
-            pool.check_url(database_url)
-        self._url: str | None = None
-        self._lock = threading.Lock()
-        self._pool: ConnectionPool | None = None
-        self._async_pool: AsyncConnectionPool | None = None
-        self._async_pool_loop: asyncio.AbstractEventLoop | None = None
-        self._async_pool_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.jobs = Jobs(self.db)
+        self.schedules = Schedules(self.db, self.tasks)
+        self.effects = Effects(self.db)
+        self.queues = Queues(self.db)
+        self.audit = Audit(self.db)
 
     # -- configuration -------------------------------------------------------------------------
 
     @property
+    def schema(self) -> str:
+        return self.db.schema
+
+    @property
+    def queries(self) -> Queries:
+        return self.db.queries
+
+    @property
+    def channel(self) -> str:
+        return self.db.channel
+
+    @property
     def is_embedded(self) -> bool:
-        return pool.configured_url(self._explicit_url) is None
+        return self.db.is_embedded
 
     @property
     def database_url(self) -> str:
         """The configured URL; with none, the embedded server is started and migrated."""
-        with self._lock:
-            if self._url is None:
-                configured = pool.configured_url(self._explicit_url)
-                if configured is not None:
-                    pool.check_url(configured)
-                    self._url = configured
-                else:
-                    url = embedded.start()
-                    # Nobody else manages the embedded database, so keep its schema current.
-                    with pool.connect(url) as conn:
-                        migrate.apply_migrations(conn, self.schema)
-                    self._url = url
-            return self._url
+        return self.db.url
 
     # -- tasks -----------------------------------------------------------------------------------
 
@@ -149,7 +139,7 @@ class App:
                     f"task name {task_name!r} is registered twice "
                     f"({self.tasks[task_name].func.__module__} and {f.__module__}); pass name="
                 )
-            task = Task(self, f, task_name, defaults)
+            task = Task(self.db, f, task_name, defaults)
             self.tasks[task_name] = task
             return task
 
@@ -197,10 +187,7 @@ class App:
         return declare
 
     def get_task(self, name: str) -> Task[Any, Any]:
-        try:
-            return self.tasks[name]
-        except KeyError:
-            raise UnknownTaskError(name, list(self.tasks)) from None
+        return find_task(self.tasks, name)
 
     def defer(self, task_name: str, payload: Payload, **options: Any) -> int:
         """Enqueue a registered task by name (what ``cronbase enqueue`` uses)."""
@@ -229,54 +216,36 @@ class App:
 
     def pool(self) -> ConnectionPool:
         """The sync pool for enqueue and admin calls (opened on first use)."""
-        url = self.database_url
-        with self._lock:
-            if self._pool is None:
-                self._pool = pool.open_pool(url, name=f"cronbase-{self.schema}")
-            return self._pool
+        return self.db.pool()
 
     async def async_pool(self) -> AsyncConnectionPool:
         """The async pool of the running event loop (opened on first use in each loop)."""
-        loop = asyncio.get_running_loop()
-        if self._async_pool is not None and self._async_pool_loop is loop:
-            return self._async_pool
-        # One opener per loop: concurrent first calls would each open a pool, leaking all but one.
-        if self._async_pool_lock is None or self._async_pool_lock[0] is not loop:
-            self._async_pool_lock = (loop, asyncio.Lock())
-        async with self._async_pool_lock[1]:
-            if self._async_pool is None or self._async_pool_loop is not loop:
-                url = await asyncio.to_thread(lambda: self.database_url)
-                self._async_pool = await pool.open_async_pool(url, name=f"cronbase-{self.schema}")
-                self._async_pool_loop = loop
-            return self._async_pool
+        return await self.db.async_pool()
 
     def stats(self) -> Overview:
         """Per queue: jobs by status, waits; attempts per minute over the last hour."""
-        return overview(self)
+        return overview(self.db)
 
     async def stats_async(self) -> Overview:
-        return await overview_async(self)
+        return await overview_async(self.db)
+
+    def unserved_jobs(self) -> list[UnservedJobs]:
+        """Due jobs, by task and queue, that no live worker will claim (none registers the task)."""
+        return unserved_jobs(self.db)
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migrations applied."""
-        with pool.connect(self.database_url) as conn:
-            return migrate.apply_migrations(conn, self.schema)
+        return self.db.migrate()
 
     async def migrate_async(self) -> list[str]:
         return await asyncio.to_thread(self.migrate)
 
     def close(self) -> None:
         """Close the sync pool (the async one closes with ``aclose``)."""
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+        self.db.close()
 
     async def aclose(self) -> None:
-        if self._async_pool is not None:
-            await self._async_pool.close()
-            self._async_pool = None
-        await asyncio.to_thread(self.close)
+        await self.db.aclose()
 
     def __enter__(self) -> App:
         return self
@@ -290,7 +259,7 @@ class App:
         """A worker to ``await worker.run()`` on your own loop; options as :meth:`run_worker`."""
         from .worker.worker import Worker
 
-        return Worker(self, **options)
+        return Worker(self.db, self.tasks, periodic=self.periodic_schedules, **options)
 
     def run_worker(
         self,

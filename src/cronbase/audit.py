@@ -10,10 +10,10 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .db.fetch import Row, fetch_all, fetch_all_async, fetch_one, fetch_one_async
+from .db.database import Row
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
 
 
 def cli_actor() -> str:
@@ -46,14 +46,14 @@ def _params(actor: str, action: str, target: str, detail: dict[str, Any] | None)
 class Audit:
     """``app.audit``: ``record(actor, action, target, detail)`` and ``list()``, newest first."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def record(
         self, actor: str, action: str, target: str, detail: dict[str, Any] | None = None
     ) -> AuditEntry:
-        row = fetch_one(
-            self.app, self.app.queries.insert_audit, _params(actor, action, target, detail)
+        row = self.db.fetch_one(
+            self.db.queries.insert_audit, _params(actor, action, target, detail)
         )
         assert row is not None
         return AuditEntry.from_row(row)
@@ -62,14 +62,14 @@ class Audit:
         self, actor: str, action: str, target: str, detail: dict[str, Any] | None = None
     ) -> AuditEntry:
         params = _params(actor, action, target, detail)
-        row = await fetch_one_async(self.app, self.app.queries.insert_audit, params)
+        row = await self.db.fetch_one_async(self.db.queries.insert_audit, params)
         assert row is not None
         return AuditEntry.from_row(row)
 
     def list(self, limit: int = 100) -> list[AuditEntry]:
-        rows = fetch_all(self.app, self.app.queries.list_audit, {"limit": limit})
+        rows = self.db.fetch_all(self.db.queries.list_audit, {"limit": limit})
         return [AuditEntry.from_row(r) for r in rows]
 
     async def list_async(self, limit: int = 100) -> builtins.list[AuditEntry]:
-        rows = await fetch_all_async(self.app, self.app.queries.list_audit, {"limit": limit})
+        rows = await self.db.fetch_all_async(self.db.queries.list_audit, {"limit": limit})
         return [AuditEntry.from_row(r) for r in rows]

@@ -17,17 +17,19 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
-from psycopg.rows import TupleRow, dict_row, tuple_row
+from psycopg.rows import TupleRow, tuple_row
 
 from .errors import CronbaseError, JobNotFoundError, JobStateError, PayloadError
 from .job import Job, JobAttempt, JobStatus, Payload
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
     from .db.queries import Queries
 
 _INT4_MAX = 2**31 - 1  # max_attempts is an integer column
 _REPR_LIMIT = 60  # characters of a bad value shown in a message
+# The table's jobs_lease_range constraint: a claim adds the lease to now().
+MAX_LEASE = timedelta(days=36500)
 
 # How often a keyed insert is retried when the conflicting row was committed after this
 # statement's snapshot, or finished between the conflict and the look-up.
@@ -64,8 +66,10 @@ class JobOptions:
             raise CronbaseError(
                 f"max_attempts must be an integer from 1 to {_INT4_MAX}, got {self.max_attempts!r}"
             )
-        if not isinstance(self.lease, timedelta) or self.lease <= timedelta(0):
-            raise CronbaseError(f"lease must be a positive timedelta, got {self.lease!r}")
+        if not isinstance(self.lease, timedelta) or not timedelta(0) < self.lease <= MAX_LEASE:
+            raise CronbaseError(
+                f"lease must be a positive timedelta of at most 100 years, got {self.lease!r}"
+            )
         if self.run_at is not None and self.delay is not None:
             raise CronbaseError(
                 f"give run_at or delay, not both (run_at={self.run_at!r}, delay={self.delay!r})"
@@ -275,19 +279,6 @@ def _run_sync(
         return cur.execute(query, params).fetchall()
 
 
-def _run_pooled(app: App, query: bytes, params: dict[str, Any]) -> list[TupleRow]:
-    # getconn/putconn rather than pool.connection(): the context manager's generator and its
-    # commit of an autocommit connection (no transaction to end) cost ~2.4 us of ~4.5 per call.
-    # putconn still rolls back or discards a connection left in a transaction or broken.
-    pool = app.pool()
-    conn = pool.getconn()
-    try:
-        # Pool connections keep the default tuple rows: no cursor with its own row factory.
-        return conn.execute(query, params).fetchall()
-    finally:
-        pool.putconn(conn)
-
-
 async def _run_async(
     conn: psycopg.AsyncConnection[Any], query: bytes, params: dict[str, Any]
 ) -> list[TupleRow]:
@@ -296,72 +287,63 @@ async def _run_async(
         return await cur.fetchall()
 
 
-async def _run_pooled_async(app: App, query: bytes, params: dict[str, Any]) -> list[TupleRow]:
-    # As _run_pooled: getconn/putconn skip the context manager and its no-op commit.
-    pool = await app.async_pool()
-    conn = await pool.getconn()
-    try:
-        cur = await conn.execute(query, params)
-        return await cur.fetchall()
-    finally:
-        await pool.putconn(conn)
-
-
 def defer_one_sync(
-    app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
+    db: Database, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
     caller = None if connection is None else _sync_conn(connection)
-    query, params = build_insert(app.queries, task, opts, payload)
+    query, params = build_insert(db.queries, task, opts, payload)
     for _ in range(_UNIQUE_TRIES):
-        rows = (
-            _run_sync(caller, query, params)
-            if caller is not None
-            else _run_pooled(app, query, params)
-        )
+        rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
         if rows:
             return int(rows[0][0])
     raise _keyed_miss(task, opts)
 
 
 async def defer_one_async(
-    app: App, task: str, opts: JobOptions, payload: Payload, connection: object | None
+    db: Database, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
     caller = None if connection is None else _async_conn(connection)
-    query, params = build_insert(app.queries, task, opts, payload)
+    query, params = build_insert(db.queries, task, opts, payload)
     for _ in range(_UNIQUE_TRIES):
         if caller is not None:
             rows = await _run_async(caller, query, params)
         else:
-            rows = await _run_pooled_async(app, query, params)
+            rows = await db.rows_async(query, params)
         if rows:
             return int(rows[0][0])
     raise _keyed_miss(task, opts)
 
 
 def defer_many_sync(
-    app: App, task: str, opts: JobOptions, payloads: Sequence[Payload], connection: object | None
+    db: Database,
+    task: str,
+    opts: JobOptions,
+    payloads: Sequence[Payload],
+    connection: object | None,
 ) -> list[int]:
     caller = None if connection is None else _sync_conn(connection)
     if not payloads:
         return []
-    query, params = build_insert_many(app.queries, task, opts, payloads)
-    rows = (
-        _run_sync(caller, query, params) if caller is not None else _run_pooled(app, query, params)
-    )
+    query, params = build_insert_many(db.queries, task, opts, payloads)
+    rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
     return [int(r[0]) for r in rows]
 
 
 async def defer_many_async(
-    app: App, task: str, opts: JobOptions, payloads: Sequence[Payload], connection: object | None
+    db: Database,
+    task: str,
+    opts: JobOptions,
+    payloads: Sequence[Payload],
+    connection: object | None,
 ) -> list[int]:
     caller = None if connection is None else _async_conn(connection)
     if not payloads:
         return []
-    query, params = build_insert_many(app.queries, task, opts, payloads)
+    query, params = build_insert_many(db.queries, task, opts, payloads)
     if caller is not None:
         rows = await _run_async(caller, query, params)
     else:
-        rows = await _run_pooled_async(app, query, params)
+        rows = await db.rows_async(query, params)
     return [int(r[0]) for r in rows]
 
 
@@ -393,18 +375,8 @@ RowList = list[dict[str, Any]]
 class Jobs:
     """Admin calls on jobs: ``app.jobs.get(id)``, ``.list()``, ``.retry(id)``, ``.cancel(id)``."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
-
-    def _fetch(self, query: bytes, params: dict[str, Any]) -> RowList:
-        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(query, params).fetchall()
-
-    async def _fetch_async(self, query: bytes, params: dict[str, Any]) -> RowList:
-        pool = await self.app.async_pool()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(query, params)
-            return await cur.fetchall()
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def _list_params(
         self, status: JobStatus | str | None, queue: str | None, task: str | None, limit: int
@@ -425,11 +397,11 @@ class Jobs:
         }
 
     def get(self, job_id: int) -> Job:
-        rows = self._fetch(self.app.queries.get_job, {"id": job_id})
+        rows = self.db.fetch_all(self.db.queries.get_job, {"id": job_id})
         return _one_job(rows[0] if rows else None, job_id)
 
     async def get_async(self, job_id: int) -> Job:
-        rows = await self._fetch_async(self.app.queries.get_job, {"id": job_id})
+        rows = await self.db.fetch_all_async(self.db.queries.get_job, {"id": job_id})
         return _one_job(rows[0] if rows else None, job_id)
 
     def list(
@@ -441,7 +413,7 @@ class Jobs:
     ) -> JobList:
         """Newest first."""
         params = self._list_params(status, queue, task, limit)
-        return [Job.from_row(r) for r in self._fetch(self.app.queries.list_jobs, params)]
+        return [Job.from_row(r) for r in self.db.fetch_all(self.db.queries.list_jobs, params)]
 
     async def list_async(
         self,
@@ -451,25 +423,25 @@ class Jobs:
         limit: int = 100,
     ) -> JobList:
         params = self._list_params(status, queue, task, limit)
-        rows = await self._fetch_async(self.app.queries.list_jobs, params)
+        rows = await self.db.fetch_all_async(self.db.queries.list_jobs, params)
         return [Job.from_row(r) for r in rows]
 
     def attempts(self, job_id: int) -> AttemptList:
         """Every recorded attempt of a job, oldest first."""
-        rows = self._fetch(self.app.queries.list_job_attempts, {"id": job_id})
+        rows = self.db.fetch_all(self.db.queries.list_job_attempts, {"id": job_id})
         return [JobAttempt.from_row(r) for r in rows]
 
     async def attempts_async(self, job_id: int) -> AttemptList:
-        rows = await self._fetch_async(self.app.queries.list_job_attempts, {"id": job_id})
+        rows = await self.db.fetch_all_async(self.db.queries.list_job_attempts, {"id": job_id})
         return [JobAttempt.from_row(r) for r in rows]
 
     def _admin_params(self, job_id: int) -> dict[str, Any]:
-        return {"id": job_id, "channel": self.app.channel}
+        return {"id": job_id, "channel": self.db.channel}
 
     def retry(self, job_id: int) -> Job:
         """Run the job again now (any state but running); returns it queued."""
         try:
-            rows = self._fetch(self.app.queries.retry_job, self._admin_params(job_id))
+            rows = self.db.fetch_all(self.db.queries.retry_job, self._admin_params(job_id))
         except psycopg.errors.UniqueViolation:
             # Only the dedupe index can clash: the key was taken while this job was finished.
             job = self.get(job_id)
@@ -482,7 +454,9 @@ class Jobs:
 
     async def retry_async(self, job_id: int) -> Job:
         try:
-            rows = await self._fetch_async(self.app.queries.retry_job, self._admin_params(job_id))
+            rows = await self.db.fetch_all_async(
+                self.db.queries.retry_job, self._admin_params(job_id)
+            )
         except psycopg.errors.UniqueViolation:
             job = await self.get_async(job_id)
             if job.dedupe_key is None:
@@ -494,18 +468,18 @@ class Jobs:
 
     def cancel(self, job_id: int) -> Job:
         """Cancel a waiting or running job; a running attempt's result is then ignored."""
-        rows = self._fetch(self.app.queries.cancel_job, self._admin_params(job_id))
+        rows = self.db.fetch_all(self.db.queries.cancel_job, self._admin_params(job_id))
         if rows:
             return Job.from_row(rows[0])
         raise _state_error("cancel", self.get(job_id))
 
     async def cancel_async(self, job_id: int) -> Job:
-        rows = await self._fetch_async(self.app.queries.cancel_job, self._admin_params(job_id))
+        rows = await self.db.fetch_all_async(self.db.queries.cancel_job, self._admin_params(job_id))
         if rows:
             return Job.from_row(rows[0])
         raise _state_error("cancel", await self.get_async(job_id))
 
     def counts(self) -> builtins.list[tuple[str, JobStatus, int]]:
         """(queue, status, count) for every queue and status present."""
-        rows = self._fetch(self.app.queries.count_jobs_by_status, {})
+        rows = self.db.fetch_all(self.db.queries.count_jobs_by_status, {})
         return [(r["queue"], JobStatus(r["status"]), int(r["count"])) for r in rows]

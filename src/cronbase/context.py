@@ -16,7 +16,7 @@ from .errors import CronbaseError
 from .job import Payload
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
 
 _current: ContextVar[JobContext] = ContextVar("cronbase_current_job")
 
@@ -33,7 +33,7 @@ class JobContext:
     payload: Payload
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     worker_id: str | None = field(default=None, repr=False)
-    _app: App | None = field(default=None, repr=False)
+    _db: Database | None = field(default=None, repr=False)
     # Set once transaction() has committed the job's success with the handler's writes.
     completed: bool = field(default=False, repr=False)
     # Called (from any thread) when progress changes, so the worker can store it soon.
@@ -66,30 +66,30 @@ class JobContext:
         >>> with cronbase.current_job().transaction() as conn:  # doctest: +SKIP
         ...     conn.execute("UPDATE invoices SET sent = true WHERE id = %s", [invoice_id])
         """
-        app = self._require_app()
-        with app.pool().connection() as conn, conn.transaction():
+        db = self._require_db()
+        with db.pool().connection() as conn, conn.transaction():
             yield conn
-            self._check_finished(conn.execute(app.queries.finish_jobs, self._success()).fetchall())
+            self._check_finished(conn.execute(db.queries.finish_jobs, self._success()).fetchall())
         self.completed = True
 
     @asynccontextmanager
     async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """The async twin of :meth:`transaction`, for async handlers."""
-        app = self._require_app()
-        pool = await app.async_pool()
+        db = self._require_db()
+        pool = await db.async_pool()
         async with pool.connection() as conn, conn.transaction():
             yield conn
-            cur = await conn.execute(app.queries.finish_jobs, self._success())
+            cur = await conn.execute(db.queries.finish_jobs, self._success())
             self._check_finished(await cur.fetchall())
         self.completed = True
 
-    def _require_app(self) -> App:
-        if self._app is None or self.lease_token is None or self.completed:
+    def _require_db(self) -> Database:
+        if self._db is None or self.lease_token is None or self.completed:
             raise CronbaseError(
                 f"job {self.id}: transaction() is for a running job, once (already used: "
                 f"{self.completed})"
             )
-        return self._app
+        return self._db
 
     def _success(self) -> dict[str, Any]:
         return {

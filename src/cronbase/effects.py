@@ -33,13 +33,11 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from psycopg.rows import dict_row
-
 from .context import running_job
 from .errors import CronbaseError
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
     from .db.queries import Queries
 
 EffectStatus = Literal["processing", "done", "failed"]
@@ -216,17 +214,13 @@ def _entering(
 class Effects:
     """``app.effects``: ``once`` / ``once_async``, and ``get``, ``list``, ``forget``."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     # -- sync ------------------------------------------------------------------------------------
 
-    def _row(self, query: bytes, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(query, params).fetchone()
-
     def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:
-        steps = _entering(self.app.queries, key, stale_after, reconcile is not None)
+        steps = _entering(self.db.queries, key, stale_after, reconcile is not None)
         try:
             step = next(steps)
             while True:
@@ -239,7 +233,7 @@ class Effects:
                         raise EffectError("reconcile= is a coroutine function: use once_async()")
                     step = steps.send(found)
                 else:
-                    step = steps.send(self._row(*step))
+                    step = steps.send(self.db.fetch_one(*step))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -272,11 +266,11 @@ class Effects:
         self._finish(effect, None)
 
     def _finish(self, effect: Effect, error: BaseException | None) -> None:
-        if self._row(self.app.queries.finish_effect, _finish_params(effect, error)) is None:
+        if self.db.fetch_one(self.db.queries.finish_effect, _finish_params(effect, error)) is None:
             raise _lost(effect)
 
     def get(self, key: str) -> EffectRecord:
-        row = self._row(self.app.queries.get_effect, {"key": key})
+        row = self.db.fetch_one(self.db.queries.get_effect, {"key": key})
         if row is None:
             raise EffectNotFoundError(key)
         return EffectRecord.from_row(row)
@@ -284,29 +278,22 @@ class Effects:
     def list(self, status: EffectStatus | None = None, limit: int = 100) -> list[EffectRecord]:
         """Effects, most recently changed first."""
         params = _list_params(status, limit)
-        with self.app.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(self.app.queries.list_effects, params).fetchall()
+        rows = self.db.fetch_all(self.db.queries.list_effects, params)
         return [EffectRecord.from_row(r) for r in rows]
 
     def forget(self, key: str) -> EffectRecord:
         """Delete the effect's row, so it can happen again (an operator's decision)."""
-        row = self._row(self.app.queries.forget_effect, {"key": key})
+        row = self.db.fetch_one(self.db.queries.forget_effect, {"key": key})
         if row is None:
             raise EffectNotFoundError(key)
         return EffectRecord.from_row(row)
 
     # -- async -----------------------------------------------------------------------------------
 
-    async def _row_async(self, query: bytes, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        pool = await self.app.async_pool()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(query, params)
-            return await cur.fetchone()
-
     async def _enter_async(
         self, key: str, stale_after: timedelta, reconcile: Reconcile | None
     ) -> Effect:
-        steps = _entering(self.app.queries, key, stale_after, reconcile is not None)
+        steps = _entering(self.db.queries, key, stale_after, reconcile is not None)
         try:
             step = next(steps)
             while True:
@@ -317,7 +304,7 @@ class Effects:
                         found = await found
                     step = steps.send(found)
                 else:
-                    step = steps.send(await self._row_async(*step))
+                    step = steps.send(await self.db.fetch_one_async(*step))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -343,12 +330,14 @@ class Effects:
         await self._finish_async(effect, None)
 
     async def _finish_async(self, effect: Effect, error: BaseException | None) -> None:
-        row = await self._row_async(self.app.queries.finish_effect, _finish_params(effect, error))
+        row = await self.db.fetch_one_async(
+            self.db.queries.finish_effect, _finish_params(effect, error)
+        )
         if row is None:
             raise _lost(effect)
 
     async def get_async(self, key: str) -> EffectRecord:
-        row = await self._row_async(self.app.queries.get_effect, {"key": key})
+        row = await self.db.fetch_one_async(self.db.queries.get_effect, {"key": key})
         if row is None:
             raise EffectNotFoundError(key)
         return EffectRecord.from_row(row)
@@ -357,14 +346,11 @@ class Effects:
         self, status: EffectStatus | None = None, limit: int = 100
     ) -> builtins.list[EffectRecord]:  # builtins: in here, `list` is the method above
         params = _list_params(status, limit)
-        pool = await self.app.async_pool()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self.app.queries.list_effects, params)
-            rows = await cur.fetchall()
+        rows = await self.db.fetch_all_async(self.db.queries.list_effects, params)
         return [EffectRecord.from_row(r) for r in rows]
 
     async def forget_async(self, key: str) -> EffectRecord:
-        row = await self._row_async(self.app.queries.forget_effect, {"key": key})
+        row = await self.db.fetch_one_async(self.db.queries.forget_effect, {"key": key})
         if row is None:
             raise EffectNotFoundError(key)
         return EffectRecord.from_row(row)

@@ -43,3 +43,8 @@ class JobStateError(CronbaseError):
 
 class MigrationError(CronbaseError):
     """The database schema is missing, newer than this code, or a migration failed."""
+
+
+class WorkerFatalError(CronbaseError):
+    """A worker met a database error that waiting did not cure (schema gone, permission denied)
+    for longer than its ``fatal_after``; it handed back its jobs and stopped."""

@@ -20,7 +20,7 @@ from .job import JobStatus
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
-    from .app import App
+    from .db.database import Database
 
 logger = logging.getLogger("cronbase")
 
@@ -62,51 +62,61 @@ def lock_key(schema: str) -> int:
     return zlib.crc32(f"cronbase-maintenance:{schema}".encode())
 
 
-def prune(app: App, older_than: timedelta, statuses: list[str], batch: int = PRUNE_BATCH) -> int:
+def prune(
+    db: Database, older_than: timedelta, statuses: list[str], batch: int = PRUNE_BATCH
+) -> int:
     """Delete finished jobs of ``statuses`` that ended more than ``older_than`` ago."""
     check_statuses(statuses)
     if older_than < timedelta(0):
         raise CronbaseError(f"older_than must not be negative, got {older_than}")
     removed = 0
     params = {"statuses": statuses, "older_than": older_than, "limit": batch}
-    with app.pool().connection() as conn:
+    with db.pool().connection() as conn:
         while True:
-            n = conn.execute(app.queries.prune_jobs, params).rowcount
+            n = conn.execute(db.queries.prune_jobs, params).rowcount
             removed += n
             if n < batch:
                 return removed
 
 
-async def prune_once(pool: AsyncConnectionPool, app: App, retention: Retention) -> int | None:
-    """One worker's retention round; None when another worker holds the lock."""
-    q = app.queries
-    key = {"key": lock_key(app.schema)}
+async def prune_once(pool: AsyncConnectionPool, db: Database, retention: Retention) -> int | None:
+    """One worker's retention round; None when another worker holds the lock.
+
+    Each batch is its own short transaction that takes the lock for itself, so two workers never
+    prune at once, and a round through a transaction pooler needs no session state.
+    """
     removed = 0
-    async with pool.connection() as conn:
-        got = await (await conn.execute(q.try_lock_maintenance, key)).fetchone()
-        if not got or not got[0]:
-            return None
-        try:
-            for statuses, age in retention.rules():
-                params = {"statuses": statuses, "older_than": age, "limit": PRUNE_BATCH}
-                while True:
-                    n = (await conn.execute(q.prune_jobs, params)).rowcount
-                    removed += n
-                    if n < PRUNE_BATCH:
-                        break
-                    await asyncio.sleep(0)  # let the worker's own statements through
-        finally:
-            await conn.execute(q.unlock_maintenance, key)
+    for statuses, age in retention.rules():
+        params = {
+            "key": lock_key(db.schema),
+            "statuses": statuses,
+            "older_than": age,
+            "limit": PRUNE_BATCH,
+        }
+        while True:
+            async with pool.connection() as conn:
+                cur = await conn.execute(db.queries.prune_jobs_exclusive, params)
+                locked, n = await cur.fetchone() or (False, 0)
+            if not locked:
+                return None
+            removed += n
+            if n < PRUNE_BATCH:
+                break
+            await asyncio.sleep(0)  # let the worker's own statements through
     if removed:
         logger.info("retention: pruned %d finished jobs", removed)
     return removed
 
 
-async def run_retention(pool: AsyncConnectionPool, app: App, retention: Retention) -> None:
+async def run_retention(pool: AsyncConnectionPool, db: Database, retention: Retention) -> None:
     """The worker's retention loop: a round every ``retention.interval`` until cancelled."""
+    failing = False
     while True:
         try:
-            await prune_once(pool, app, retention)
+            await prune_once(pool, db, retention)
+            failing = False
         except Exception as exc:  # the database may be away; the next round tries again
-            logger.warning("retention round failed: %s", exc)
+            if not failing:  # once per run of failures, not every round
+                logger.warning("retention round failed (%s); retrying next round", exc)
+            failing = True
         await asyncio.sleep(retention.interval.total_seconds())

@@ -19,11 +19,11 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from .db.fetch import fetch_all
+from . import stats
 from .job import JobStatus
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
 
 logger = logging.getLogger("cronbase")
 
@@ -34,8 +34,8 @@ DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 9
 class DatabaseCollector(Collector):
     """Queue depth by queue and status, oldest waiting age, pauses, heartbeat ages."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -58,8 +58,8 @@ class DatabaseCollector(Collector):
         )
         up = GaugeMetricFamily("cronbase_database_up", "1 when the database answered this scrape")
         try:
-            overview = self.app.stats()
-            workers = fetch_all(self.app, self.app.queries.list_workers)
+            overview = stats.overview(self.db)
+            workers = self.db.fetch_all(self.db.queries.list_workers)
         except Exception as exc:  # a scrape must answer even when the database does not
             logger.warning("metrics: database unavailable: %s", exc)
             up.add_metric([], 0)
@@ -126,7 +126,7 @@ class DurationHistogram(Collector):
 class WorkerMetrics:
     """One worker's own counters; ``registry`` also gets the database collector."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
         self.claimed = Counter(
             "cronbase_jobs_claimed",
@@ -148,11 +148,11 @@ class WorkerMetrics:
         self.lease_renewals = Counter(
             "cronbase_lease_renewals", "Leases this worker renewed", registry=self.registry
         )
-        self.registry.register(DatabaseCollector(app))
+        self.registry.register(DatabaseCollector(db))
 
 
-def database_registry(app: App) -> CollectorRegistry:
+def database_registry(db: Database) -> CollectorRegistry:
     """A registry with the database-side metrics only (for the dashboard's /metrics)."""
     registry = CollectorRegistry()
-    registry.register(DatabaseCollector(app))
+    registry.register(DatabaseCollector(db))
     return registry

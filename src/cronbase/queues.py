@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .db.fetch import Row, fetch_all, fetch_all_async, fetch_one, fetch_one_async
+from .db.database import Row
 from .errors import CronbaseError
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
 
 
 @dataclass(frozen=True)
@@ -38,35 +38,35 @@ def _check(name: str) -> None:
 class Queues:
     """``app.queues``: ``pause(name)``, ``resume(name)``, ``list()``, and ``_async`` twins."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def pause(self, name: str, *, actor: str = "api") -> QueueState:
         _check(name)
-        row = fetch_one(self.app, self.app.queries.pause_queue, {"name": name, "actor": actor})
+        row = self.db.fetch_one(self.db.queries.pause_queue, {"name": name, "actor": actor})
         assert row is not None
         return QueueState.from_row(row)
 
     async def pause_async(self, name: str, *, actor: str = "api") -> QueueState:
         _check(name)
         params = {"name": name, "actor": actor}
-        row = await fetch_one_async(self.app, self.app.queries.pause_queue, params)
+        row = await self.db.fetch_one_async(self.db.queries.pause_queue, params)
         assert row is not None
         return QueueState.from_row(row)
 
     def resume(self, name: str) -> QueueState:
         _check(name)
-        row = fetch_one(self.app, self.app.queries.resume_queue, {"name": name})
+        row = self.db.fetch_one(self.db.queries.resume_queue, {"name": name})
         return QueueState.from_row(row) if row else QueueState(name, is_paused=False)
 
     async def resume_async(self, name: str) -> QueueState:
         _check(name)
-        row = await fetch_one_async(self.app, self.app.queries.resume_queue, {"name": name})
+        row = await self.db.fetch_one_async(self.db.queries.resume_queue, {"name": name})
         return QueueState.from_row(row) if row else QueueState(name, is_paused=False)
 
     def list(self) -> list[QueueState]:
-        return [QueueState.from_row(r) for r in fetch_all(self.app, self.app.queries.list_queues)]
+        return [QueueState.from_row(r) for r in self.db.fetch_all(self.db.queries.list_queues)]
 
     async def list_async(self) -> builtins.list[QueueState]:
-        rows = await fetch_all_async(self.app, self.app.queries.list_queues)
+        rows = await self.db.fetch_all_async(self.db.queries.list_queues)
         return [QueueState.from_row(r) for r in rows]

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .db.fetch import Row, fetch_all, fetch_all_async
+from .db.database import Row
 from .job import JobStatus
 
 if TYPE_CHECKING:
-    from .app import App
+    from .db.database import Database
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,40 @@ class Minute:
     failed: int  # failed (will retry), dead or lost
 
 
+# A worker counts as live when it renewed its leases (or said it idles) this recently; an idle
+# worker says so every 10 seconds.
+LIVE_WITHIN = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class UnservedJobs:
+    """Due jobs of one task and queue that no live worker will claim: none registers the task
+    (a deploy not finished, a renamed task, no worker running at all)."""
+
+    task: str
+    queue: str
+    waiting: int
+    oldest_run_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row) -> UnservedJobs:
+        return cls(row["task"], row["queue"], int(row["waiting"]), row["oldest_run_at"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "queue": self.queue,
+            "waiting": self.waiting,
+            "oldest_run_at": self.oldest_run_at.isoformat(),
+        }
+
+
 @dataclass(frozen=True)
 class Overview:
     queues: list[QueueStats]
     # The last hour, one entry per minute, oldest first, minutes without attempts included.
     minutes: list[Minute] = field(default_factory=list)
+    unserved: list[UnservedJobs] = field(default_factory=list)
 
     def totals(self) -> dict[JobStatus, int]:
         return {s: sum(q.counts[s] for q in self.queues) for s in JobStatus}
@@ -77,6 +106,7 @@ class Overview:
         return {
             "queues": [q.to_json() for q in self.queues],
             "totals": {s.value: n for s, n in self.totals().items()},
+            "unserved": [u.to_json() for u in self.unserved],
             "minutes": [
                 {"start": m.start.isoformat(), "succeeded": m.succeeded, "failed": m.failed}
                 for m in self.minutes
@@ -100,15 +130,28 @@ def _minutes(rows: list[Row], now: datetime | None) -> list[Minute]:
     ]
 
 
-def overview(app: App) -> Overview:
-    q = app.queries
-    queues = [QueueStats.from_row(r) for r in fetch_all(app, q.queue_overview)]
-    now = fetch_all(app, q.database_now)[0]["now"]
-    return Overview(queues, _minutes(fetch_all(app, q.throughput_by_minute), now))
+def overview(db: Database) -> Overview:
+    q = db.queries
+    queues = [QueueStats.from_row(r) for r in db.fetch_all(q.queue_overview)]
+    now = db.fetch_all(q.database_now)[0]["now"]
+    minutes = _minutes(db.fetch_all(q.throughput_by_minute), now)
+    return Overview(queues, minutes, unserved_jobs(db))
 
 
-async def overview_async(app: App) -> Overview:
-    q = app.queries
-    queues = [QueueStats.from_row(r) for r in await fetch_all_async(app, q.queue_overview)]
-    now = (await fetch_all_async(app, q.database_now))[0]["now"]
-    return Overview(queues, _minutes(await fetch_all_async(app, q.throughput_by_minute), now))
+async def overview_async(db: Database) -> Overview:
+    q = db.queries
+    queues = [QueueStats.from_row(r) for r in await db.fetch_all_async(q.queue_overview)]
+    now = (await db.fetch_all_async(q.database_now))[0]["now"]
+    minutes = _minutes(await db.fetch_all_async(q.throughput_by_minute), now)
+    return Overview(queues, minutes, await unserved_jobs_async(db))
+
+
+def unserved_jobs(db: Database) -> list[UnservedJobs]:
+    """Due jobs, by task and queue, that no live worker will claim."""
+    rows = db.fetch_all(db.queries.list_unserved_jobs, {"live_within": LIVE_WITHIN})
+    return [UnservedJobs.from_row(r) for r in rows]
+
+
+async def unserved_jobs_async(db: Database) -> list[UnservedJobs]:
+    rows = await db.fetch_all_async(db.queries.list_unserved_jobs, {"live_within": LIVE_WITHIN})
+    return [UnservedJobs.from_row(r) for r in rows]

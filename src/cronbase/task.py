@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
-from .errors import PayloadError
+from .errors import PayloadError, UnknownTaskError
 from .job import Payload
 from .retry import Backoff
 
 if TYPE_CHECKING:
     import psycopg
 
-    from .app import App
+    from .db.database import Database
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 # The payload key a scheduled job's slot time travels under (see cronbase.schedule).
 SCHEDULED_AT = "scheduled_at"
+
+
+def find_task(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[Any, Any]:
+    """The registered task ``name``; UnknownTaskError naming the registered ones otherwise."""
+    try:
+        return tasks[name]
+    except KeyError:
+        raise UnknownTaskError(name, list(tasks)) from None
 
 
 @dataclass(frozen=True)
@@ -38,8 +46,10 @@ class TaskDefaults:
 class Task(Generic[P, R]):
     """A handler registered with ``@app.task``; call it directly, or ``defer`` it to a worker."""
 
-    def __init__(self, app: App, func: Callable[P, R], name: str, defaults: TaskDefaults) -> None:
-        self.app = app
+    def __init__(
+        self, db: Database, func: Callable[P, R], name: str, defaults: TaskDefaults
+    ) -> None:
+        self.db = db
         self.func = func
         self.name = name
         self.defaults = defaults
@@ -167,12 +177,12 @@ class Task(Generic[P, R]):
         """Enqueue a job now; returns its id. ``send_invoice.defer(invoice_id=812)``."""
         # What Deferral.defer does, without building a Deferral per call.
         self.check_payload(payload)
-        return defer_one_sync(self.app, self.name, self.options(), payload, None)
+        return defer_one_sync(self.db, self.name, self.options(), payload, None)
 
     async def defer_async(self, **payload: Any) -> int:
         """Async twin of :meth:`defer`."""
         self.check_payload(payload)
-        return await defer_one_async(self.app, self.name, self.options(), payload, None)
+        return await defer_one_async(self.db, self.name, self.options(), payload, None)
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
         """Enqueue many jobs in one round trip; ids in input order."""
@@ -198,12 +208,12 @@ class Deferral:
 
     def defer(self, **payload: Any) -> int:
         self.task.check_payload(payload)
-        return defer_one_sync(self.task.app, self.task.name, self.options, payload, self.connection)
+        return defer_one_sync(self.task.db, self.task.name, self.options, payload, self.connection)
 
     async def defer_async(self, **payload: Any) -> int:
         self.task.check_payload(payload)
         return await defer_one_async(
-            self.task.app, self.task.name, self.options, payload, self.connection
+            self.task.db, self.task.name, self.options, payload, self.connection
         )
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
@@ -211,7 +221,7 @@ class Deferral:
         for payload in payloads:
             self.task.check_payload(payload)
         return defer_many_sync(
-            self.task.app, self.task.name, self.options, payloads, self.connection
+            self.task.db, self.task.name, self.options, payloads, self.connection
         )
 
     async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
@@ -219,5 +229,5 @@ class Deferral:
         for payload in payloads:
             self.task.check_payload(payload)
         return await defer_many_async(
-            self.task.app, self.task.name, self.options, payloads, self.connection
+            self.task.db, self.task.name, self.options, payloads, self.connection
         )

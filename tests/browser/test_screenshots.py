@@ -53,7 +53,7 @@ def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> int:
         "send_email", cron="*/15 * * * *", tz="America/New_York", payload={"to": "ops@example.com"}
     )
     # Tick at its next slot (the tick takes the time it is given), so it has a last run.
-    tick = cronbase.Scheduler(app).tick(now=quarterly.next_fire_at)
+    tick = cronbase.Scheduler(app.db, app.tasks).tick(now=quarterly.next_fire_at)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         assert len(pool.submit(asyncio.run, tick).result(60)) == 1
     app.schedules.pause("send_email")

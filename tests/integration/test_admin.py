@@ -29,7 +29,7 @@ def run_burst(app: cronbase.App) -> None:
 
 
 def claim_all(app: cronbase.App, db: psycopg.Connection[Any]) -> list[int]:
-    return [row[0] for row in claim_rows(app, db, 100)[0]]
+    return [job.id for job in claim_rows(app, db, 100)[0]]
 
 
 @pytest.fixture

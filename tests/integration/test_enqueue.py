@@ -113,12 +113,15 @@ class CountingCursor(psycopg.Cursor[Any]):
 
 
 def test_defer_many_is_one_statement(
-    send: cronbase.Task[Any, None], database_url: str, db: psycopg.Connection[Any]
+    send: cronbase.Task[Any, None],
+    app: cronbase.App,
+    database_url: str,
+    db: psycopg.Connection[Any],
 ) -> None:
     CountingCursor.statements = []
     with psycopg.connect(database_url, autocommit=True, cursor_factory=CountingCursor) as conn:
         ids = send.configure(connection=conn).defer_many([{"invoice_id": n} for n in range(50)])
-        assert CountingCursor.statements == [send.app.queries.insert_jobs]
+        assert CountingCursor.statements == [app.queries.insert_jobs]
     assert len(ids) == job_count(db) == 50
     assert send.defer_many([]) == []
     assert job_count(db) == 50
@@ -126,11 +129,11 @@ def test_defer_many_is_one_statement(
 
 @pytest.mark.anyio
 async def test_async_twins_write_the_same_rows(
-    send: cronbase.Task[Any, None], db: psycopg.Connection[Any]
+    send: cronbase.Task[Any, None], app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
     one = await send.configure(delay=timedelta(seconds=30)).defer_async(invoice_id=1)
     many = await send.defer_many_async([{"invoice_id": 2}, {"invoice_id": 3}])
-    await send.app.aclose()
+    await app.aclose()
     assert [job_row(db, i)["payload"]["invoice_id"] for i in (one, *many)] == [1, 2, 3]
     row = job_row(db, one)
     assert row["run_at"] - row["created_at"] == timedelta(seconds=30)
@@ -141,7 +144,11 @@ async def test_async_twins_write_the_same_rows(
 
 @pytest.mark.parametrize("row_factory", [None, dict_row])
 def test_a_job_deferred_on_the_callers_connection_exists_only_if_it_commits(
-    send: cronbase.Task[Any, None], database_url: str, db: psycopg.Connection[Any], row_factory: Any
+    send: cronbase.Task[Any, None],
+    app: cronbase.App,
+    database_url: str,
+    db: psycopg.Connection[Any],
+    row_factory: Any,
 ) -> None:
     # The caller's connection may carry its own row factory; dict_row is a common one.
     options: dict[str, Any] = {"row_factory": row_factory} if row_factory else {}
@@ -166,7 +173,7 @@ def test_a_job_deferred_on_the_callers_connection_exists_only_if_it_commits(
     assert job_count(db) == 3
     assert {committed, keyed, *many} == {r[0] for r in db.execute("SELECT id FROM cronbase.jobs")}
     with pytest.raises(cronbase.JobNotFoundError, match=f"no job with id {rolled_back[0]}"):
-        send.app.jobs.get(rolled_back[0])
+        app.jobs.get(rolled_back[0])
 
 
 @pytest.mark.anyio
@@ -208,7 +215,7 @@ def test_a_connection_of_the_wrong_kind_is_refused_by_name(
 def claim_one(app: cronbase.App, db: psycopg.Connection[Any]) -> int:
     rows = claim_rows(app, db, 1, "test-worker")[0]
     assert len(rows) == 1, rows
-    return int(rows[0][0])
+    return rows[0].id
 
 
 def run_burst(app: cronbase.App) -> None:
@@ -216,12 +223,12 @@ def run_burst(app: cronbase.App) -> None:
 
 
 def test_an_idempotency_key_gives_one_job_ever_whatever_its_state(
-    send: cronbase.Task[Any, None], db: psycopg.Connection[Any]
+    send: cronbase.Task[Any, None], app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
     keyed = send.configure(idempotency_key="charge:812")
     first = keyed.defer(invoice_id=812)
     assert keyed.defer(invoice_id=999) == first  # the second payload is not written
-    run_burst(send.app)
+    run_burst(app)
     assert job_row(db, first)["status"] == "succeeded"
     assert keyed.defer(invoice_id=812) == first
     assert job_count(db) == 1
@@ -229,17 +236,17 @@ def test_an_idempotency_key_gives_one_job_ever_whatever_its_state(
 
 
 def test_a_dedupe_key_gives_one_waiting_or_running_job_then_frees_up(
-    send: cronbase.Task[Any, None], db: psycopg.Connection[Any]
+    send: cronbase.Task[Any, None], app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
     deduped = send.configure(dedupe_key="invoice:812")
     first = deduped.defer(invoice_id=1)
     assert deduped.defer(invoice_id=2) == first  # queued
-    claim_one(send.app, db)
+    claim_one(app, db)
     assert deduped.defer(invoice_id=3) == first  # running
-    send.app.jobs.cancel(first)
+    app.jobs.cancel(first)
     second = deduped.defer(invoice_id=4)  # the cancelled job no longer holds the key
     assert second != first
-    run_burst(send.app)
+    run_burst(app)
     assert job_row(db, second)["status"] == "succeeded"
     third = deduped.defer(invoice_id=5)  # nor does a succeeded one
     assert len({first, second, third}) == 3
@@ -279,14 +286,14 @@ def test_replace_debounces_the_waiting_job(
 
 
 def test_replace_leaves_a_running_job_alone_and_makes_a_new_one_once_it_finished(
-    send: cronbase.Task[Any, None], db: psycopg.Connection[Any]
+    send: cronbase.Task[Any, None], app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
     replace = send.configure(dedupe_key="k", on_duplicate="replace")
     first = replace.defer(invoice_id=1)
-    claim_one(send.app, db)
+    claim_one(app, db)
     assert replace.defer(invoice_id=2) == first
     assert job_row(db, first)["payload"] == {"invoice_id": 1}  # it started with this one
-    send.app.jobs.cancel(first)
+    app.jobs.cancel(first)
     second = replace.defer(invoice_id=3)
     assert second != first
     assert job_row(db, second)["payload"] == {"invoice_id": 3}

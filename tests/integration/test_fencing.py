@@ -14,8 +14,9 @@ import pytest
 from psycopg.rows import dict_row
 
 import cronbase
+from cronbase.worker.claim import ClaimedJob
 from cronbase.worker.completer import finish_params
-from cronbase.worker.executor import ClaimedJob, Outcome
+from cronbase.worker.executor import Outcome
 from tests.conftest import claim_rows, wait_for
 from tests.e2e.harness import eventually, running_worker, wait_event
 
@@ -23,14 +24,14 @@ from tests.e2e.harness import eventually, running_worker, wait_event
 def claim(app: cronbase.App, db: psycopg.Connection[Any], worker: str) -> ClaimedJob:
     rows = claim_rows(app, db, 1, worker)[0]
     assert len(rows) == 1, rows
-    return ClaimedJob.from_row(rows[0])
+    return rows[0]
 
 
 def succeed(
     app: cronbase.App, db: psycopg.Connection[Any], job: ClaimedJob, worker: str
 ) -> list[int]:
     """The worker's write of a success: carried by its next claim (here one that claims nothing)."""
-    return claim_rows(app, db, 0, worker, done=([job.id], [job.lease_token]))[1]
+    return claim_rows(app, db, 0, worker, done=[job])[1]
 
 
 def reap(app: cronbase.App, db: psycopg.Connection[Any]) -> list[tuple[int, str]]:

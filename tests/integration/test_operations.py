@@ -100,12 +100,12 @@ def test_requeue_dead_of_one_task(app: cronbase.App) -> None:
     run_burst(app)
     assert {status_of(app, i) for i in [*ids, other_id]} == {JobStatus.DEAD}
 
-    assert sorted(admin.requeue_dead(app, task="flaky")) == sorted(ids)
+    assert sorted(admin.requeue_dead(app.db, task="flaky")) == sorted(ids)
     assert {status_of(app, i) for i in ids} == {JobStatus.QUEUED}
     assert status_of(app, other_id) == JobStatus.DEAD
     job = app.jobs.get(ids[0])
     assert job.max_attempts == 2  # room for one more attempt
-    assert admin.requeue_dead(app, task="flaky") == []
+    assert admin.requeue_dead(app.db, task="flaky") == []
 
 
 def test_requeue_dead_leaves_a_job_whose_dedupe_key_is_taken(app: cronbase.App) -> None:
@@ -119,7 +119,7 @@ def test_requeue_dead_leaves_a_job_whose_dedupe_key_is_taken(app: cronbase.App) 
         account=1
     )
     assert waiting != dead
-    assert admin.requeue_dead(app) == []
+    assert admin.requeue_dead(app.db) == []
     assert status_of(app, dead) == JobStatus.DEAD
 
 
@@ -132,14 +132,14 @@ def test_search_by_id_key_and_prefix_with_pages(app: cronbase.App) -> None:
         charge.configure(idempotency_key=f"invoice_charge:{n}").defer(invoice=n) for n in range(5)
     ]
     plain = charge.defer(invoice=99)
-    assert [j.id for j in admin.search_jobs(app, search=str(plain))] == [plain]
-    assert [j.id for j in admin.search_jobs(app, search="invoice_charge:3")] == [keyed[3]]
-    found = admin.search_jobs(app, search="invoice_charge:", limit=2)
+    assert [j.id for j in admin.search_jobs(app.db, search=str(plain))] == [plain]
+    assert [j.id for j in admin.search_jobs(app.db, search="invoice_charge:3")] == [keyed[3]]
+    found = admin.search_jobs(app.db, search="invoice_charge:", limit=2)
     assert [j.id for j in found] == keyed[::-1][:2]
-    page_two = admin.search_jobs(app, search="invoice_charge:", limit=2, offset=2)
+    page_two = admin.search_jobs(app.db, search="invoice_charge:", limit=2, offset=2)
     assert [j.id for j in page_two] == keyed[::-1][2:4]
-    assert admin.search_jobs(app, search="invoice%") == []  # LIKE wildcards are literal
-    assert len(admin.search_jobs(app, status="queued", task="charge")) == 6
+    assert admin.search_jobs(app.db, search="invoice%") == []  # LIKE wildcards are literal
+    assert len(admin.search_jobs(app.db, status="queued", task="charge")) == 6
 
 
 def test_long_running_lists_old_running_jobs(
@@ -157,8 +157,8 @@ def test_long_running_lists_old_running_jobs(
         "THEN interval '2 hours' ELSE interval '1 second' END",
         [old],
     )
-    assert [j.id for j in admin.long_running(app, older_than=timedelta(minutes=30))] == [old]
-    assert {j.id for j in admin.long_running(app, older_than=timedelta(0))} == {old, new}
+    assert [j.id for j in admin.long_running(app.db, older_than=timedelta(minutes=30))] == [old]
+    assert {j.id for j in admin.long_running(app.db, older_than=timedelta(0))} == {old, new}
     # 20 seconds on a 1-second lease: renewed 20 times, far beyond what was expected of it.
     short = slow.configure(lease=timedelta(seconds=1)).defer()
     db.execute(
@@ -167,11 +167,11 @@ def test_long_running_lists_old_running_jobs(
         " WHERE id = %s",
         [short],
     )
-    found = admin.long_running(app, older_than=timedelta(minutes=30))
+    found = admin.long_running(app.db, older_than=timedelta(minutes=30))
     assert [j.id for j in found] == [old, short]
-    assert [j.id for j in admin.long_running(app, older_than=timedelta(minutes=30), leases=30)] == [
-        old
-    ]
+    assert [
+        j.id for j in admin.long_running(app.db, older_than=timedelta(minutes=30), leases=30)
+    ] == [old]
 
 
 def _fill(db: psycopg.Connection[Any]) -> None:
@@ -208,7 +208,7 @@ def test_prune_on_100000_finished_jobs(app: cronbase.App, db: psycopg.Connection
         "AND finished_at < now() - interval '7 days'",
     )
     assert expected > 50_000
-    removed = prune(app, timedelta(days=7), ["succeeded", "cancelled"])
+    removed = prune(app.db, timedelta(days=7), ["succeeded", "cancelled"])
     assert removed == expected
     assert (
         _count(
@@ -225,7 +225,7 @@ def test_prune_on_100000_finished_jobs(app: cronbase.App, db: psycopg.Connection
     assert _count(db, f"SELECT count(*) FROM cronbase.jobs WHERE id = {waiting_id}") == 1
 
     with pytest.raises(cronbase.CronbaseError, match="cannot prune jobs in status 'queued'"):
-        prune(app, timedelta(days=1), ["queued"])
+        prune(app.db, timedelta(days=1), ["queued"])
 
 
 def test_retention_round_runs_one_worker_at_a_time(
@@ -242,7 +242,7 @@ def test_retention_round_runs_one_worker_at_a_time(
 
     async def round_() -> int | None:
         pool = await app.async_pool()
-        return await prune_once(pool, app, retention)
+        return await prune_once(pool, app.db, retention)
 
     with psycopg.connect(database_url, autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [lock_key(app.schema)])

@@ -29,7 +29,7 @@ def jobs_of(db: psycopg.Connection[Any], task: str) -> list[tuple[Any, ...]]:
 
 
 def tick(app: cronbase.App, now: datetime | None = None) -> list[int]:
-    return asyncio.run(Scheduler(app).tick(now))
+    return asyncio.run(Scheduler(app.db, app.tasks, app.periodic_schedules).tick(now))
 
 
 def set_next_fire(db: psycopg.Connection[Any], key: str, moment: datetime) -> None:
@@ -97,7 +97,7 @@ def test_concurrent_tick_processes_create_one_job_per_slot(
         "from cronbase.schedule.scheduler import Scheduler\n"
         "app = cronbase.App(database_url=sys.argv[1])\n"
         "app.task(lambda: None, name='ping')\n"
-        "print(len(asyncio.run(Scheduler(app).tick())))\n"
+        "print(len(asyncio.run(Scheduler(app.db, app.tasks, app.periodic_schedules).tick())))\n"
     )
     procs = [
         subprocess.Popen(

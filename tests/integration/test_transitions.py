@@ -250,8 +250,8 @@ class Driver:
     def claim(self, job_id: int) -> bool:
         queue = job_row(self.db, job_id)["queue"]
         rows = claim_rows(self.app, self.db, 10, queues=[queue])[0]
-        for row in rows:
-            self.tokens[row[0]] = row[7]
+        for job in rows:
+            self.tokens[job.id] = job.lease_token
         return bool(rows)
 
     def finish(self, job_id: int, outcome: str) -> bool:
@@ -361,7 +361,7 @@ def test_claims_take_lower_priority_first_then_earlier_run_at_then_lower_id(
     order: list[list[int]] = []
     while rows := claim_rows(app, db, 2)[0]:
         assert len(rows) <= 2
-        order.append(sorted(row[0] for row in rows))
+        order.append(sorted(job.id for job in rows))
     by_id = {job_id: n for n, job_id in ids.items()}
     assert [[by_id[i] for i in batch] for batch in order] == [[2, 3], [1, 5], [0, 4]]
 

@@ -308,26 +308,61 @@ async def test_the_worker_survives_its_database_connections_being_killed(
 async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
     app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    # A success rides on the worker's next claim. Here that claim meets killed connections: the
-    # claim fails whole, the success goes back to the completer and is written afterwards, once,
-    # and the job is not run again.
+    # A success rides on the worker's next claim. Here that claim fails (a table the claim reads
+    # is away for a moment): the claim fails whole, the success goes back to the completer and
+    # is written afterwards, once, and the job is not run again.
+    runs = []
+
+    @app.task
+    async def breaks_the_claim_then_succeeds() -> None:
+        runs.append(1)
+        db.execute("ALTER TABLE cronbase.queues RENAME TO queues_away")
+
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)) as worker:
+        job_id = await breaks_the_claim_then_succeeds.defer_async()
+        await eventually(
+            lambda: any("claiming jobs failed" in r.getMessage() for r in caplog.records),
+            what="a failed claim",
+        )
+        db.execute("ALTER TABLE cronbase.queues_away RENAME TO queues")
+        await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
+        assert worker._completer is not None
+        await worker._completer.drain()
+        assert (worker._completer.written, worker._completer.fenced_out) == (1, 0)
+    assert runs == [1]
+    assert [(a.attempt, a.outcome) for a in app.jobs.attempts(job_id)] == [(1, "succeeded")]
+
+
+@pytest.mark.anyio
+async def test_connections_killed_under_the_worker_cost_no_claim(
+    app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The pool checks an idle connection that has something to read (the server's goodbye)
+    # before handing it out: a terminated backend is replaced, not used and failed on.
     runs = []
 
     @app.task
     async def kills_the_pool_then_succeeds() -> None:
         runs.append(1)
         killed = db.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND application_name LIKE 'cronbase-worker%'"
         ).fetchall()
         assert killed
+        # Gone, so their goodbye is on the wire (a restart's connections are the same).
+        await eventually(
+            lambda: (
+                not db.execute(
+                    "SELECT FROM pg_stat_activity WHERE pid = ANY(%s)", [[p for p, _ in killed]]
+                ).fetchall()
+            ),
+            what="the backends to exit",
+        )
 
-    async with running_worker(app, poll_interval=timedelta(milliseconds=50)) as worker:
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
         job_id = await kills_the_pool_then_succeeds.defer_async()
         await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
-        assert worker._completer is not None
-        await worker._completer.drain()
-        assert (worker._completer.written, worker._completer.fenced_out) == (1, 0)
-    assert any("claiming jobs failed" in r.getMessage() for r in caplog.records), caplog.text
-    assert runs == [1]
-    assert [(a.attempt, a.outcome) for a in app.jobs.attempts(job_id)] == [(1, "succeeded")]
+        follow_up = await kills_the_pool_then_succeeds.defer_async()
+        await eventually(lambda: row(db, follow_up)["status"] == "succeeded", what="the next")
+    assert not [r for r in caplog.records if "failed" in r.getMessage()], caplog.text
+    assert runs == [1, 1]

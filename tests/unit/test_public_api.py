@@ -31,6 +31,7 @@ EXPECTED = [
     "Task",
     "UnknownTaskError",
     "Worker",
+    "WorkerFatalError",
     "current_job",
 ]
 

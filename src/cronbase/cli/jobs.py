@@ -163,7 +163,7 @@ def retry_job(
         app.audit.record(cli_actor(), "retry", f"job {job.id}")
         click.echo(f"job {job.id} is {job.status.value} again (attempts so far: {job.attempts})")
         return
-    ids = requeue_dead(app, task=task, queue=queue)
+    ids = requeue_dead(app.db, task=task, queue=queue)
     scope = " ".join(f"{k}={v}" for k, v in (("task", task), ("queue", queue)) if v) or "all"
     app.audit.record(cli_actor(), "requeue_dead", scope, {"jobs": ids})
     click.echo(f"{len(ids)} dead jobs queued again ({scope})")

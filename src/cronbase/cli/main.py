@@ -81,6 +81,19 @@ THREAD_JOIN_SECONDS = 1.0
     "server.",
 )
 @click.option(
+    "--listen-url",
+    metavar="URL",
+    help="PostgreSQL URL for LISTEN, when --database-url goes through a transaction pooler (env "
+    "CRONBASE_LISTEN_URL). Default: the database URL in session mode, none (poll) in transaction "
+    "mode.",
+)
+@click.option(
+    "--pooler",
+    type=click.Choice(["session", "transaction"]),
+    help="What is between cronbase and PostgreSQL: nothing or a session pooler (session, the "
+    "default), or a transaction pooler such as pgbouncer's transaction mode (env CRONBASE_POOLER).",
+)
+@click.option(
     "--schema", metavar="NAME", help=f"Schema of the cronbase tables. Default: {DEFAULT_SCHEMA}."
 )
 @click.option(
@@ -96,6 +109,8 @@ def cli(
     debug: bool,
     log_format: str,
     database_url: str | None,
+    listen_url: str | None,
+    pooler: str | None,
     schema: str | None,
     app_path: str | None,
 ) -> None:
@@ -109,6 +124,11 @@ def cli(
         pool.check_url(database_url)
         # Exported, so an App() in the user's module (which reads the environment) uses it too.
         os.environ["CRONBASE_DATABASE_URL"] = database_url
+    if listen_url:
+        pool.check_url(listen_url)
+        os.environ["CRONBASE_LISTEN_URL"] = listen_url
+    if pooler:
+        os.environ["CRONBASE_POOLER"] = pooler
     ctx.call_on_close(settings.close)
 
 
@@ -207,7 +227,7 @@ def tick(settings: Settings, queues: tuple[str, ...], concurrency: int, no_run: 
     from ..schedule.scheduler import Scheduler
 
     app = settings.app(needs_tasks=True)
-    scheduler = Scheduler(app)
+    scheduler = Scheduler(app.db, app.tasks, app.periodic_schedules)
     created = asyncio.run(scheduler.tick())
     logger.info(
         "tick: %d new jobs from schedules (%d slot jobs due)", scheduler.fired, len(created)

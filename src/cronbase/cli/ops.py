@@ -58,6 +58,17 @@ def stats(settings: Settings, as_json: bool) -> None:
     done = sum(m.succeeded for m in overview.minutes)
     failed = sum(m.failed for m in overview.minutes)
     console.print(f"last hour: {done} attempts succeeded, {failed} failed")
+    for line in unserved_lines(overview):
+        console.print(line)
+
+
+def unserved_lines(overview: Overview) -> list[str]:
+    """One line per task and queue whose due jobs no live worker will claim."""
+    return [
+        f"{u.waiting} due jobs of task {u.task!r} (queue {u.queue!r}) wait for a worker: no live "
+        "worker registers that task"
+        for u in overview.unserved
+    ]
 
 
 @cli.group()
@@ -121,7 +132,7 @@ def prune_command(settings: Settings, older_than: timedelta, statuses: tuple[str
     """Delete finished jobs, and their attempt history, older than AGE."""
     app = settings.app()
     chosen = list(statuses) or [JobStatus.SUCCEEDED.value, JobStatus.CANCELLED.value]
-    removed = prune(app, older_than, chosen)
+    removed = prune(app.db, older_than, chosen)
     app.audit.record(
         cli_actor(), "prune", ",".join(chosen), {"older_than": str(older_than), "removed": removed}
     )
@@ -147,8 +158,16 @@ def check(
     if max_dead is None and max_wait is None:
         raise click.UsageError("give --max-dead and/or --max-wait")
     settings: Settings = ctx.obj
-    found = [q for q in settings.app().stats().queues if queue is None or q.queue == queue]
+    overview = settings.app().stats()
+    found = [q for q in overview.queues if queue is None or q.queue == queue]
     problems = []
+    if max_wait is not None:
+        # Jobs no live worker will claim wait for ever: worth failing on whatever their age.
+        problems += [
+            line
+            for u, line in zip(overview.unserved, unserved_lines(overview), strict=True)
+            if queue is None or u.queue == queue
+        ]
     if max_dead is not None:
         dead = sum(q.counts[JobStatus.DEAD] for q in found)
         if dead > max_dead:

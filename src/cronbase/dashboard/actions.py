@@ -93,7 +93,7 @@ class Actions:
         task = await _field(request, "task")
 
         async def change(who: str) -> Done:
-            ids = await admin.requeue_dead_async(self.app, task=task)
+            ids = await admin.requeue_dead_async(self.app.db, task=task)
             detail = {"count": len(ids), "job_ids": ids[:100]}
             return Done(f"task:{task}", detail, "dead", {}, "requeued", len(ids))
 

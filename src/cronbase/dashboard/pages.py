@@ -65,7 +65,7 @@ class Pages:
         self.renderer = renderer
         self.long_running_after = long_running_after
         self.page_size = page_size
-        self.registry = database_registry(app)
+        self.registry = database_registry(app.db)
 
     async def overview(self, request: Request) -> Response:
         stats = await self.app.stats_async()
@@ -95,7 +95,7 @@ class Pages:
         search = (params.get("q") or "").strip() or None
         page = _positive_int(request, "page", 1)
         found = await admin.search_jobs_async(
-            self.app,
+            self.app.db,
             status=status,
             queue=queue,
             task=task,
@@ -128,7 +128,7 @@ class Pages:
     async def dead(self, request: Request) -> Response:
         context = await self._job_list(request, section="dead", status=JobStatus.DEAD)
         newest = await admin.search_jobs_async(
-            self.app, status=JobStatus.DEAD, limit=DEAD_TASKS_SCAN
+            self.app.db, status=JobStatus.DEAD, limit=DEAD_TASKS_SCAN
         )
         per_task = Counter(job.task for job in newest)
         context.update(
@@ -182,7 +182,7 @@ class Pages:
             threshold = timedelta(minutes=minutes)
         else:
             threshold = self.long_running_after
-        found = await admin.long_running_async(self.app, older_than=threshold)
+        found = await admin.long_running_async(self.app.db, older_than=threshold)
         context = {
             "section": "long_running",
             "jobs": found,

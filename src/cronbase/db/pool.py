@@ -1,10 +1,15 @@
-"""The only module that creates connections: URL resolution, checks, and psycopg pools."""
+"""The only module that creates connections: URL resolution and checks, connection options,
+and psycopg pools that survive a server restart."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
+import select
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -16,6 +21,13 @@ logger = logging.getLogger("cronbase")
 
 URL_VARIABLES = ("CRONBASE_DATABASE_URL", "DATABASE_URL")
 CONNECT_TIMEOUT_SECONDS = 10
+# How long a pool keeps trying to replace a lost connection before it gives up until the next
+# request. psycopg_pool doubles its delay between tries without a cap (1, 2, 4, 8 s...): after a
+# 10 s outage the next try could come 16 s late. Giving up after a few seconds means the next
+# request tries at once, so recovery follows the server within about a second.
+RECONNECT_TIMEOUT_SECONDS = 3.0
+# psycopg's own options, accepted in a URL's query string (libpq would refuse them).
+_CLIENT_OPTIONS = ("prepare_threshold",)
 
 
 def configured_url(explicit: str | None = None) -> str | None:
@@ -35,8 +47,52 @@ def masked(url: str) -> str:
     return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
 
 
+def split_client_options(url: str) -> tuple[str, dict[str, Any]]:
+    """The URL without psycopg's own options (``?prepare_threshold=0``), and those options."""
+    options: dict[str, Any] = {}
+    if not any(name in url for name in _CLIENT_OPTIONS):
+        return url, options
+    if "://" in url:
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # not a URL urllib can read: libpq's check names the fault
+            return url, options
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(k, v) for k, v in query if k not in _CLIENT_OPTIONS]
+        options = {k: v for k, v in query if k in _CLIENT_OPTIONS}
+        if len(kept) != len(query):
+            url = urlunsplit(parts._replace(query=urlencode(kept)))
+    else:
+        for name in _CLIENT_OPTIONS:
+            match = re.search(rf"(?:^|\s){name}\s*=\s*(\S*)", url)
+            if match:
+                options[name] = match.group(1)
+                url = (url[: match.start()] + url[match.end() :]).strip()
+    if "prepare_threshold" in options:
+        options["prepare_threshold"] = _threshold(url, options["prepare_threshold"])
+    return url, options
+
+
+def _threshold(url: str, value: str) -> int | None:
+    if value.lower() in ("", "none", "null"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise DatabaseURLError(
+            f"invalid database URL {masked(url)!r}: prepare_threshold must be a number or "
+            f"'none', got {value!r}"
+        ) from None
+
+
 def check_url(url: str) -> None:
     """Raise DatabaseURLError, naming the URL, when it cannot be parsed."""
+    if url.split("://", 1)[0].lower() in ("mysql", "sqlite", "redis", "mongodb", "http", "https"):
+        raise DatabaseURLError(
+            f"invalid database URL {masked(url)!r}: cronbase needs PostgreSQL; "
+            "use a postgresql:// URL"
+        )
+    url, _ = split_client_options(url)
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
@@ -45,73 +101,134 @@ def check_url(url: str) -> None:
         raise DatabaseURLError(f"invalid database URL {masked(url)!r}: {reason}") from None
 
 
-def _unreachable(url: str, exc: Exception) -> DatabaseURLError:
+def unreachable(url: str, exc: Exception) -> DatabaseURLError:
     reason = masked((str(exc).strip().splitlines() or [type(exc).__name__])[-1])
     return DatabaseURLError(f"cannot connect to database {masked(url)!r}: {reason}")
 
 
-def connect(
-    url: str, *, autocommit: bool = True, application_name: str = "cronbase"
-) -> psycopg.Connection:
+def connection_kwargs(
+    url: str, application_name: str, **options: Any
+) -> tuple[str, dict[str, Any]]:
+    """The libpq URL and psycopg's keyword arguments for a connection to ``url``."""
+    bare, from_url = split_client_options(url)
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        "application_name": application_name,
+    }
+    kwargs.update(from_url)
+    kwargs.update(options)
+    return bare, kwargs
+
+
+def connect(url: str, *, application_name: str = "cronbase", **options: Any) -> psycopg.Connection:
     """One sync connection; errors name the (masked) URL."""
     check_url(url)
+    bare, kwargs = connection_kwargs(url, application_name, **options)
     try:
-        return psycopg.connect(
-            url,
-            autocommit=autocommit,
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            application_name=application_name,
-        )
+        return psycopg.connect(bare, **kwargs)
     except psycopg.OperationalError as exc:
-        raise _unreachable(url, exc) from None
+        raise unreachable(url, exc) from None
 
 
 async def connect_async(
-    url: str, *, autocommit: bool = True, application_name: str = "cronbase"
+    url: str, *, application_name: str = "cronbase", **options: Any
 ) -> psycopg.AsyncConnection:
     """One async connection; errors name the (masked) URL."""
     check_url(url)
+    bare, kwargs = connection_kwargs(url, application_name, **options)
     try:
-        return await psycopg.AsyncConnection.connect(
-            url,
-            autocommit=autocommit,
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            application_name=application_name,
-        )
+        return await psycopg.AsyncConnection.connect(bare, **kwargs)
     except psycopg.OperationalError as exc:
-        raise _unreachable(url, exc) from None
+        raise unreachable(url, exc) from None
 
 
-def open_pool(
-    url: str, *, min_size: int = 1, max_size: int = 4, name: str = "cronbase"
+def _has_news(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has something to read: a healthy one has nothing, one the
+    server dropped (restart, failover, idle timeout) has its goodbye or end of file."""
+    if conn.closed:
+        return True
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    return bool(readable)
+
+
+def _sync_check(holder: list[ConnectionPool]) -> Callable[[psycopg.Connection[Any]], None]:
+    def check(conn: psycopg.Connection[Any]) -> None:
+        # A round trip only for a connection that has news: a select() costs ~1 us, a check
+        # query a round trip on every enqueue.
+        if not _has_news(conn):
+            return
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            # One dead connection after a restart means the others are dead too: drop them all
+            # now, or each request would find one and back off (1 s, 2 s, ...) before the next.
+            holder[0].check()
+            raise
+
+    return check
+
+
+def _async_check(
+    holder: list[AsyncConnectionPool],
+) -> Callable[[psycopg.AsyncConnection[Any]], Any]:
+    async def check(conn: psycopg.AsyncConnection[Any]) -> None:
+        if not _has_news(conn):
+            return
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            await holder[0].check()
+            raise
+
+    return check
+
+
+def _gave_up(pool: ConnectionPool | AsyncConnectionPool) -> None:
+    logger.warning(
+        "pool %s: cannot reach the database yet; the next request tries again", pool.name
+    )
+
+
+def new_pool(
+    url: str, *, min_size: int, max_size: int, name: str, timeout: float, **options: Any
 ) -> ConnectionPool:
-    """An open sync pool of autocommit connections; fails fast with the server's reason."""
-    # One direct connection first: the pool would only say "timeout" where the server says why.
-    connect(url).close()
+    """A sync pool, not yet open, of autocommit connections checked when taken."""
+    bare, kwargs = connection_kwargs(url, name, **options)
+    holder: list[ConnectionPool] = []
     pool = ConnectionPool(
-        url,
+        bare,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, "application_name": name},
+        kwargs=kwargs,
         name=name,
         open=False,
+        timeout=timeout,
+        check=_sync_check(holder),
+        reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
+        reconnect_failed=_gave_up,
     )
-    pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
+    holder.append(pool)
     return pool
 
 
-async def open_async_pool(
-    url: str, *, min_size: int = 1, max_size: int = 4, name: str = "cronbase"
+def new_async_pool(
+    url: str, *, min_size: int, max_size: int, name: str, timeout: float, **options: Any
 ) -> AsyncConnectionPool:
-    """An open async pool of autocommit connections; fails fast with the server's reason."""
-    await (await connect_async(url)).close()
+    """The async twin of :func:`new_pool`."""
+    bare, kwargs = connection_kwargs(url, name, **options)
+    holder: list[AsyncConnectionPool] = []
     pool = AsyncConnectionPool(
-        url,
+        bare,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, "application_name": name},
+        kwargs=kwargs,
         name=name,
         open=False,
+        timeout=timeout,
+        check=_async_check(holder),
+        reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
+        reconnect_failed=_gave_up,
     )
-    await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
+    holder.append(pool)
     return pool

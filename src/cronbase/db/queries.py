@@ -83,6 +83,7 @@ class Queries:
     register_worker: bytes
     unregister_worker: bytes
     list_workers: bytes
+    list_unserved_jobs: bytes
     database_now: bytes
     upsert_schedule: bytes
     list_schedules: bytes
@@ -109,8 +110,7 @@ class Queries:
     list_long_running: bytes
     requeue_dead_jobs: bytes
     prune_jobs: bytes
-    try_lock_maintenance: bytes
-    unlock_maintenance: bytes
+    prune_jobs_exclusive: bytes
     search_jobs: bytes
 
     templates: ClassVar[dict[str, str]]

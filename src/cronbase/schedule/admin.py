@@ -7,16 +7,18 @@ a refused schedule leaves nothing behind. Every method has an ``_async`` twin.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..db.fetch import fetch_all, fetch_all_async, fetch_one, fetch_one_async
 from ..job import Payload
+from ..task import find_task
 from .cron import Cron, ScheduleError
 from .scheduler import Schedule, ScheduleSpec, upsert_params
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..db.database import Database
+    from ..task import Task
 
 
 def _found(row: dict[str, Any] | None, key: str) -> Schedule:
@@ -28,19 +30,20 @@ def _found(row: dict[str, Any] | None, key: str) -> Schedule:
 class Schedules:
     """Schedules stored in the database: ``add``, ``list``, ``get``, ``pause``, ``resume``, ``remove``."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, db: Database, tasks: Mapping[str, Task[Any, Any]]) -> None:
+        self.db = db
+        self.tasks = tasks  # the app's registry: a schedule names a registered task
 
     def _spec(self, task: str, **options: Any) -> ScheduleSpec:
-        return ScheduleSpec.build(self.app.get_task(task), **options)
+        return ScheduleSpec.build(find_task(self.tasks, task), **options)
 
     def _now(self) -> datetime:
-        row = fetch_one(self.app, self.app.queries.database_now)
+        row = self.db.fetch_one(self.db.queries.database_now)
         assert row is not None
         return row["now"]  # type: ignore[no-any-return]
 
     async def _now_async(self) -> datetime:
-        row = await fetch_one_async(self.app, self.app.queries.database_now)
+        row = await self.db.fetch_one_async(self.db.queries.database_now)
         assert row is not None
         return row["now"]  # type: ignore[no-any-return]
 
@@ -65,9 +68,7 @@ class Schedules:
             task, cron=cron, tz=tz, key=key, payload=payload, queue=queue, catch_up=catch_up,
             max_catch_up=max_catch_up,
         )  # fmt: skip
-        row = fetch_one(
-            self.app, self.app.queries.upsert_schedule, upsert_params(spec, self._now())
-        )
+        row = self.db.fetch_one(self.db.queries.upsert_schedule, upsert_params(spec, self._now()))
         return _found(row, spec.key)
 
     async def add_async(
@@ -88,28 +89,28 @@ class Schedules:
         )  # fmt: skip
         params = upsert_params(spec, await self._now_async())
         return _found(
-            await fetch_one_async(self.app, self.app.queries.upsert_schedule, params), spec.key
+            await self.db.fetch_one_async(self.db.queries.upsert_schedule, params), spec.key
         )
 
     def list(self) -> builtins.list[Schedule]:
-        return [Schedule.from_row(r) for r in fetch_all(self.app, self.app.queries.list_schedules)]
+        return [Schedule.from_row(r) for r in self.db.fetch_all(self.db.queries.list_schedules)]
 
     async def list_async(self) -> builtins.list[Schedule]:
-        rows = await fetch_all_async(self.app, self.app.queries.list_schedules)
+        rows = await self.db.fetch_all_async(self.db.queries.list_schedules)
         return [Schedule.from_row(r) for r in rows]
 
     def get(self, key: str) -> Schedule:
-        return _found(fetch_one(self.app, self.app.queries.get_schedule, {"key": key}), key)
+        return _found(self.db.fetch_one(self.db.queries.get_schedule, {"key": key}), key)
 
     async def get_async(self, key: str) -> Schedule:
-        row = await fetch_one_async(self.app, self.app.queries.get_schedule, {"key": key})
+        row = await self.db.fetch_one_async(self.db.queries.get_schedule, {"key": key})
         return _found(row, key)
 
     def pause(self, key: str) -> Schedule:
-        return _found(fetch_one(self.app, self.app.queries.pause_schedule, {"key": key}), key)
+        return _found(self.db.fetch_one(self.db.queries.pause_schedule, {"key": key}), key)
 
     async def pause_async(self, key: str) -> Schedule:
-        row = await fetch_one_async(self.app, self.app.queries.pause_schedule, {"key": key})
+        row = await self.db.fetch_one_async(self.db.queries.pause_schedule, {"key": key})
         return _found(row, key)
 
     def resume(self, key: str) -> Schedule:
@@ -117,20 +118,18 @@ class Schedules:
         current = self.get(key)
         following = Cron.parse(current.cron, current.tz).next_after(self._now())
         params = {"key": key, "next_fire_at": following}
-        return _found(fetch_one(self.app, self.app.queries.resume_schedule, params), key)
+        return _found(self.db.fetch_one(self.db.queries.resume_schedule, params), key)
 
     async def resume_async(self, key: str) -> Schedule:
         current = await self.get_async(key)
         following = Cron.parse(current.cron, current.tz).next_after(await self._now_async())
         params = {"key": key, "next_fire_at": following}
-        return _found(
-            await fetch_one_async(self.app, self.app.queries.resume_schedule, params), key
-        )
+        return _found(await self.db.fetch_one_async(self.db.queries.resume_schedule, params), key)
 
     def remove(self, key: str) -> None:
-        if fetch_one(self.app, self.app.queries.remove_schedule, {"key": key}) is None:
+        if self.db.fetch_one(self.db.queries.remove_schedule, {"key": key}) is None:
             raise ScheduleError(f"no schedule with key {key!r}")
 
     async def remove_async(self, key: str) -> None:
-        if await fetch_one_async(self.app, self.app.queries.remove_schedule, {"key": key}) is None:
+        if await self.db.fetch_one_async(self.db.queries.remove_schedule, {"key": key}) is None:
             raise ScheduleError(f"no schedule with key {key!r}")

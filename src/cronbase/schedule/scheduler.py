@@ -21,11 +21,11 @@ from psycopg.rows import dict_row
 
 from ..client import JobOptions, build_insert, encode_payload
 from ..job import Payload
-from ..task import SCHEDULED_AT
+from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, ScheduleError
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..db.database import Database
     from ..task import Task
 
 logger = logging.getLogger("cronbase")
@@ -189,27 +189,32 @@ def upsert_params(spec: ScheduleSpec, db_now: datetime) -> dict[str, Any]:
 class Scheduler:
     """Fires due slots: ``tick()`` once (``cronbase tick``), or ``run()`` in a worker."""
 
-    def __init__(self, app: App, interval: timedelta = timedelta(seconds=1)) -> None:
-        self.app = app
+    def __init__(
+        self,
+        db: Database,
+        tasks: Mapping[str, Task[Any, Any]],
+        periodic: Mapping[str, ScheduleSpec] | None = None,
+        interval: timedelta = timedelta(seconds=1),
+    ) -> None:
+        self.db = db
+        self.tasks = tasks
+        self.periodic = periodic or {}
         self.interval = interval.total_seconds()
         self.fired = 0
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        from ..db import pool
-
-        url = await asyncio.to_thread(lambda: self.app.database_url)
-        return await pool.connect_async(
-            url, autocommit=False, application_name="cronbase-scheduler"
-        )
+        conn = await self.db.connect_async(application_name="cronbase-scheduler")
+        await conn.set_autocommit(False)
+        return conn
 
     async def sync_declared(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Upsert the schedules declared with ``@app.periodic`` (at worker and tick start)."""
-        if not self.app.periodic_schedules:
+        if not self.periodic:
             return
-        q = self.app.queries
+        q = self.db.queries
         async with conn.transaction():
             db_now = (await (await conn.execute(q.database_now)).fetchone() or [None])[0]
-            for spec in self.app.periodic_schedules.values():
+            for spec in self.periodic.values():
                 await conn.execute(q.upsert_schedule, upsert_params(spec, db_now))
 
     async def tick(self, now: datetime | None = None) -> list[int]:
@@ -226,7 +231,7 @@ class Scheduler:
             await conn.close()
 
     async def _tick(self, conn: psycopg.AsyncConnection[Any], now: datetime | None) -> list[int]:
-        q = self.app.queries
+        q = self.db.queries
         job_ids: list[int] = []
         while True:  # in batches, each its own transaction, until fewer than a batch are due
             async with conn.transaction():
@@ -235,7 +240,7 @@ class Scheduler:
                 async with conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(
                         q.lock_due_schedules,
-                        {"now": now, "limit": DUE_BATCH, "tasks": list(self.app.tasks)},
+                        {"now": now, "limit": DUE_BATCH, "tasks": list(self.tasks)},
                     )
                     due = [Schedule.from_row(r) for r in await cur.fetchall()]
                 for schedule in due:
@@ -246,7 +251,7 @@ class Scheduler:
     async def _fire(
         self, conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: datetime
     ) -> list[int]:
-        q = self.app.queries
+        q = self.db.queries
         try:
             cron = Cron.parse(schedule.cron, schedule.tz)
         except ScheduleError as exc:
@@ -255,7 +260,7 @@ class Scheduler:
             await conn.execute(q.pause_schedule, {"key": schedule.key})
             return []
         steps = plan(cron, schedule.catch_up, schedule.max_catch_up, schedule.next_fire_at, now)
-        task = self.app.get_task(schedule.task)  # known: lock_due_schedules filters by task
+        task = find_task(self.tasks, schedule.task)  # known: lock_due_schedules filters by task
         options = task.options()
         ids = []
         for slot in steps.slots:
@@ -297,6 +302,9 @@ class Scheduler:
         A failed tick (database gone, a bad row) is logged and retried on a fresh connection;
         the loop itself only ends when cancelled.
         """
+        from ..worker.health import FailureLog
+
+        failures = FailureLog("scheduler tick")
         conn: psycopg.AsyncConnection[Any] | None = None
         declared = False
         try:
@@ -308,8 +316,9 @@ class Scheduler:
                         await self.sync_declared(conn)
                         declared = True
                     await self._tick(conn, None)
-                except (psycopg.Error, OSError) as exc:
-                    logger.warning("scheduler tick failed (%s); retrying", exc)
+                    failures.succeeded()
+                except Exception as exc:  # the database away, a bad row: never end the loop
+                    failures.failed(exc)
                     if conn is not None:
                         await conn.close()
                     conn = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .claim import claim_jobs, claim_params
 from .executor import Outcome
 
 if TYPE_CHECKING:
@@ -29,6 +30,9 @@ logger = logging.getLogger("cronbase")
 MAX_BATCH = 500
 # How long a success waits for a claim to carry it before the completer writes it alone.
 CARRY_WAIT = 0.02
+# Seconds between tries to write outcomes while the database fails: doubling up to RETRY_MAX.
+RETRY_FIRST = 0.05
+RETRY_MAX = 1.0
 
 
 def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
@@ -43,32 +47,6 @@ def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
         "tracebacks": [o.traceback for o in outcomes],
         "worker": worker_id,
     }
-
-
-def claim_params(
-    successes: list[Outcome], limit: int, worker_id: str, queues: list[str] | None
-) -> dict[str, Any]:
-    """Parameters of claim_jobs / claim_jobs_in_queues: successes to write, jobs to lease."""
-    return {
-        "done_ids": [o.job.id for o in successes],
-        "done_tokens": [o.job.lease_token for o in successes],
-        "limit": limit,
-        "worker": worker_id,
-        "queues": queues,
-    }
-
-
-def split_claim_rows(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[int]]:
-    """claim_jobs' rows: the claimed jobs, and the ids of the successes it wrote (the one row
-    whose id is NULL carries them)."""
-    claimed = []
-    written: list[int] = []
-    for row in rows:
-        if row[0] is None:
-            written = row[-1] or []
-        else:
-            claimed.append(row)
-    return claimed, written
 
 
 def _without(outcomes: list[Outcome], gone: list[Outcome]) -> list[Outcome]:
@@ -167,7 +145,7 @@ class Completer:
 
     async def run(self) -> None:
         """Flush until cancelled; a failed flush is retried (the fence keeps retries safe)."""
-        delay = 0.05
+        delay = RETRY_FIRST
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -188,31 +166,38 @@ class Completer:
                 self._in_flight.extend(batch)
                 try:
                     await self._flush(batch)
-                except psycopg.OperationalError as exc:
-                    logger.warning("recording %d outcomes failed (%s); retrying", len(batch), exc)
-                    self._in_flight = _without(self._in_flight, batch)
-                    self._pending[:0] = batch
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                    continue
-                except Exception:
-                    # Retrying cannot help, and a dead completer would record nothing more and
-                    # hang shutdown. These jobs' leases run out and the reaper retries them.
+                except psycopg.DataError:
+                    # Something in this batch the database refuses as data: retrying cannot
+                    # help, and a dead completer would record nothing more and hang shutdown.
+                    # These jobs' leases run out and the reaper retries them.
                     logger.exception(
                         "recording outcomes of jobs %s failed; dropped, their leases will expire",
                         ", ".join(str(o.job.id) for o in batch),
                     )
-                delay = 0.05
+                except Exception as exc:
+                    # The database is away, or refuses us for now (restart, failover, grants):
+                    # keep the outcomes and try again; the fence keeps retries safe.
+                    if delay == RETRY_FIRST:  # once per run of failures
+                        logger.warning(
+                            "recording %d outcomes failed (%s); retrying",
+                            len(batch),
+                            str(exc).strip(),
+                        )
+                    self._in_flight = _without(self._in_flight, batch)
+                    self._pending[:0] = batch
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX)
+                    continue
+                delay = RETRY_FIRST
                 self._in_flight = _without(self._in_flight, batch)
             self._land([])
 
     async def _flush(self, batch: list[Outcome]) -> None:
         if all(o.outcome == "succeeded" for o in batch):
             # claim_jobs with limit 0 writes the successes and leases nothing.
-            params = claim_params(batch, 0, self._worker_id, None)
+            params = claim_params(done=[o.job for o in batch], limit=0, worker=self._worker_id)
             async with self._pool.connection() as conn:
-                cur = await conn.execute(self._queries.claim_jobs, params)
-                written_ids = split_claim_rows(await cur.fetchall())[1]
+                written_ids = (await claim_jobs(conn, self._queries, params)).written_ids
             self._report(batch, dict.fromkeys(written_ids, "succeeded"))
             return
         async with self._pool.connection() as conn:

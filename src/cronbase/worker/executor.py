@@ -8,56 +8,24 @@ import functools
 import logging
 import time
 import traceback
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
 from ..errors import PayloadError, UnknownTaskError
-from ..job import Payload
+from ..task import find_task
+from .claim import ClaimedJob, Undecodable
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..db.database import Database
     from ..task import Task
 
 logger = logging.getLogger("cronbase")
 
 TRACEBACK_LIMIT = 8000  # characters kept, from the end: the innermost frames say the most
 ERROR_LIMIT = 2000
-
-
-@dataclass(eq=False)
-class ClaimedJob:
-    """One leased attempt, as claim_jobs returned it; equal only to itself (the worker keys its
-    running attempts by it)."""
-
-    id: int
-    task: str
-    queue: str
-    payload: Payload
-    priority: int
-    attempt: int
-    max_attempts: int
-    lease_token: uuid.UUID
-    lease: timedelta
-    context: JobContext = field(init=False)
-
-    @property
-    def completed(self) -> bool:
-        """Finished by the handler's own transaction() (the context exists once it runs)."""
-        context: JobContext | None = self.__dict__.get("context")
-        return context is not None and context.completed
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
-        # The last column is claim_jobs' `finished` (NULL on a claimed job's row).
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _finished) = (
-            row
-        )
-        return cls(job_id, task, queue, payload, priority, attempt, max_attempts, token, lease)
 
 
 @dataclass(eq=False, slots=True)
@@ -100,8 +68,19 @@ def failure(
     )
 
 
+def undecodable(bad: Undecodable) -> Outcome:
+    """A claimed row that cannot be decoded: dead at once, with the reason (no retry can help)."""
+    exc = bad.error
+    reason = PayloadError(
+        f"job {bad.job.id} (task {bad.job.task!r}) cannot be decoded: "
+        f"{type(exc).__name__}: {str(exc)[:200]}"
+    )
+    return failure(bad.job, reason, retry_in=0.0, give_up=True, duration=0.0)
+
+
 async def execute(
-    app: App,
+    db: Database,
+    tasks: Mapping[str, Task[Any, Any]],
     job: ClaimedJob,
     threads: ThreadPoolExecutor,
     on_progress: Callable[[], None],
@@ -110,7 +89,7 @@ async def execute(
     """Run ``job``'s handler and say how it went; never raises but for cancellation."""
     started = time.monotonic()
     try:
-        task = app.get_task(job.task)
+        task = find_task(tasks, job.task)
     except UnknownTaskError as exc:
         # Possibly a deploy in progress: another worker may know the task, so retry later.
         return failure(job, exc, retry_in=60.0, give_up=False, duration=0.0)
@@ -129,7 +108,7 @@ async def execute(
         payload=job.payload,
         lease_token=job.lease_token,
         worker_id=worker_id,
-        _app=app,
+        _db=db,
         _on_progress=on_progress,
     )
     set_current(job.context)

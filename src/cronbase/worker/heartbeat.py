@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from .executor import ClaimedJob
+from .claim import ClaimedJob
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool

@@ -34,27 +34,34 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import psycopg
 from prometheus_client import Counter, start_http_server
 
-from ..db import migrate, pool
 from ..db.notifier import Notifier
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, WorkerFatalError
 from ..maintenance import Retention, run_retention
 from ..metrics import WorkerMetrics
 from ..schedule.scheduler import Scheduler
-from .completer import Completer, claim_params, split_claim_rows
-from .executor import ClaimedJob, Outcome, execute
+from .claim import ClaimedJob, claim_jobs, claim_params
+from .completer import Completer
+from .executor import Outcome, execute, undecodable
+from .health import FailureLog, connect_when_ready, is_fatal
 from .heartbeat import Heartbeater
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from psycopg_pool import AsyncConnectionPool
 
-    from ..app import App
+    from ..db.database import Database
+    from ..schedule.scheduler import ScheduleSpec
+    from ..task import Task
 
 logger = logging.getLogger("cronbase")
 
 REAP_BATCH = 1000
+# How long a stopping worker tries to write its last outcomes when the database fails.
+DRAIN_TIMEOUT = 10.0
 
 
 def new_worker_id() -> str:
@@ -72,13 +79,19 @@ class Worker:
     (how often expired leases are looked for), ``shutdown_grace`` (how long running jobs may take
     to finish after a stop request), ``install_signal_handlers``, ``schedule`` (fire due schedule
     slots too; burst workers never do), ``retention`` (prune old finished jobs; None: never),
-    ``metrics_port`` / ``metrics_host`` (serve Prometheus metrics).
+    ``metrics_port`` / ``metrics_host`` (serve Prometheus metrics), ``fatal_after`` (how long a
+    fatal database error, such as a dropped schema or a revoked grant, may last before the worker
+    hands back its jobs and raises :class:`~cronbase.WorkerFatalError`).
+
+    It claims only jobs of the tasks in ``tasks``; others wait for a worker that knows them.
     """
 
     def __init__(
         self,
-        app: App,
+        db: Database,
+        tasks: Mapping[str, Task[Any, Any]],
         *,
+        periodic: Mapping[str, ScheduleSpec] | None = None,
         queues: list[str] | None = None,
         concurrency: int = 10,
         burst: bool = False,
@@ -91,12 +104,15 @@ class Worker:
         retention: Retention | None = DEFAULT_RETENTION,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        fatal_after: timedelta = timedelta(seconds=30),
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
         if queues is not None and not queues:
             raise ConfigurationError("queues must name at least one queue (or be None for all)")
-        self.app = app
+        self.db = db
+        self.tasks = tasks
+        self.periodic = periodic or {}
         self.queues = sorted(set(queues)) if queues else None
         self.concurrency = concurrency
         self.burst = burst
@@ -109,12 +125,16 @@ class Worker:
         self.schedule = schedule and not burst
         # Pruning old finished jobs is a long-running worker's chore too (one at a time).
         self.retention = None if burst else retention
-        self.metrics = WorkerMetrics(app)
+        # How long an error that waiting cannot cure (schema gone, permission denied) may last
+        # before the worker hands back its jobs and exits.
+        self.fatal_after = fatal_after.total_seconds()
+        self.metrics = WorkerMetrics(db)
         self._claimed_counters: dict[tuple[str, str], Counter] = {}
         self._finished_counters: dict[tuple[str, str, str], Counter] = {}
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.id = worker_id or new_worker_id()
+        self._task_names = sorted(tasks)
         self.claimed = 0
         self.notifier: Notifier | None = None
         # Set when the loop should look for work again (notification, free slot, stop).
@@ -162,11 +182,9 @@ class Worker:
     async def run(self) -> None:
         """Run until stopped (or, in burst mode, until nothing is due); see the module docstring."""
         loop = self._event_loop = asyncio.get_running_loop()
-        url = await asyncio.to_thread(lambda: self.app.database_url)
-        await asyncio.to_thread(self._check_schema, url)
-        self._pool = await pool.open_async_pool(
-            url, min_size=2, max_size=4, name=f"cronbase-worker {self.id}"
-        )
+        # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
+        # database (a deploy racing a database restart), saying so.
+        self._pool = await connect_when_ready(self.db, self.id, wait=not self.burst)
         installed = []
         helpers: list[asyncio.Task[None]] = []
         metrics_server = None
@@ -175,7 +193,7 @@ class Worker:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, self._on_signal, sig)
                     installed.append(sig)
-            q = self.app.queries
+            q = self.db.queries
             async with self._pool.connection() as conn:
                 await conn.execute(
                     q.register_worker,
@@ -185,6 +203,7 @@ class Worker:
                         "pid": os.getpid(),
                         "queues": self.queues,
                         "concurrency": self.concurrency,
+                        "tasks": sorted(self.tasks),
                     },
                 )
             self._completer = Completer(self._pool, q, self.id, self._on_written)
@@ -197,8 +216,8 @@ class Worker:
                 self.metrics.lease_renewals.inc,
             )
             self.notifier = Notifier(
-                lambda: pool.connect_async(url, application_name=f"cronbase-listener {self.id}"),
-                self.app.channel,
+                lambda: self.db.connect_listener(f"cronbase-listener {self.id}"),
+                self.db.channel,
                 self._on_notify,
                 self._wake.set,
             )
@@ -207,12 +226,19 @@ class Worker:
                 asyncio.create_task(self._heartbeater.run(), name="cronbase-heartbeat"),
             ]
             if not self.burst:
-                helpers.append(asyncio.create_task(self.notifier.run(), name="cronbase-listen"))
+                if self.db.listen_url is not None:
+                    helpers.append(asyncio.create_task(self.notifier.run(), name="cronbase-listen"))
+                else:
+                    logger.info(
+                        "transaction pooler and no listen_url: polling every %.1fs instead of "
+                        "LISTEN (set CRONBASE_LISTEN_URL to a direct URL for instant pick-up)",
+                        self.poll_interval,
+                    )
             if self.schedule:
-                scheduler = Scheduler(self.app).run()
+                scheduler = Scheduler(self.db, self.tasks, self.periodic).run()
                 helpers.append(asyncio.create_task(scheduler, name="cronbase-scheduler"))
             if self.retention is not None:
-                pruner = run_retention(self._pool, self.app, self.retention)
+                pruner = run_retention(self._pool, self.db, self.retention)
                 helpers.append(asyncio.create_task(pruner, name="cronbase-retention"))
             if self.metrics_port is not None:
                 metrics_server = start_http_server(
@@ -228,8 +254,16 @@ class Worker:
                 " schedules" if self.schedule else "",
             )
             self.started.set()
-            await self._loop()
-            await self._shutdown()
+            try:
+                await self._loop()
+            except Exception as exc:
+                # The worker ends here (a fatal error, or a burst worker's failure): what it
+                # holds goes back to the queue now, not when its leases run out.
+                logger.error("%s", str(exc).strip().splitlines()[0] if str(exc) else repr(exc))
+                self._stopping = True
+                await self._shutdown(grace=0.0)
+                raise
+            await self._shutdown(grace=self.shutdown_grace)
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -241,41 +275,40 @@ class Worker:
                 metrics_server.server_close()
             try:
                 async with self._pool.connection() as conn:
-                    await conn.execute(self.app.queries.unregister_worker, {"id": self.id})
+                    await conn.execute(self.db.queries.unregister_worker, {"id": self.id})
             except Exception as exc:  # the database may be what failed; do not hide the cause
                 logger.warning("could not unregister worker %s: %s", self.id, exc)
             await self._pool.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
             logger.info("worker %s stopped: %d jobs claimed", self.id, self.claimed)
 
-    def _check_schema(self, url: str) -> None:
-        with pool.connect(url) as conn:
-            migrate.require_current(conn, self.app.schema)
-
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_reap = loop.time()
-        pause = 0.1
+        failures = FailureLog("claiming jobs")
         while not self._stopping:
             try:
                 if loop.time() >= next_reap:
                     await self._reap()
                     next_reap = loop.time() + self.reap_interval
                 claimed = await self._claim_free_slots()
-            except psycopg.OperationalError as exc:
-                # The database went away (restart, failover, network). Running jobs carry on;
-                # the heartbeater and the completer retry their own writes. A burst worker,
-                # started by cron, says so and exits rather than wait for the database.
+            except Exception as exc:
+                # Whatever failed (the database restarting or failing over, a bug), running
+                # jobs carry on: the heartbeater and the completer retry their own writes. Only
+                # a fatal error (schema gone, permission denied) that lasts ends the worker; a
+                # burst worker, started by cron, says so and exits rather than wait.
                 if self.burst:
                     raise
-                logger.warning(
-                    "claiming jobs failed (%s); retrying in %.1fs", str(exc).strip(), pause
-                )
+                pause = failures.failed(exc)
+                if is_fatal(exc) and failures.duration >= self.fatal_after:
+                    raise WorkerFatalError(
+                        f"worker {self.id}: {failures.describe(exc)} for "
+                        f"{failures.duration:.0f}s; handing back its jobs and exiting"
+                    ) from exc
                 self._wake.clear()  # or a pending wake-up would end the pause at once
                 await self._sleep(pause)
-                pause = min(pause * 2, 5.0)
                 continue
-            pause = 0.1
+            failures.succeeded()
             if self.burst and not claimed and not self._running:
                 return
             # Until a notification, a finished job or a stop request wakes us, or it is time to
@@ -301,21 +334,26 @@ class Worker:
         assert self._pool is not None
         assert self._heartbeater is not None
         assert self._completer is not None
-        q = self.app.queries
         # The successes waiting to be written ride on this claim: one statement, one commit.
         carried = self._completer.take_successes()
-        params = claim_params(carried, limit, self.id, self.queues)
+        params = claim_params(
+            done=[o.job for o in carried],
+            limit=limit,
+            worker=self.id,
+            queues=self.queues,
+            tasks=self._task_names,
+        )
         try:
             async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    q.claim_jobs_in_queues if self.queues else q.claim_jobs, params
-                )
-                rows, written_ids = split_claim_rows(await cur.fetchall())
+                result = await claim_jobs(conn, self.db.queries, params)
         except BaseException:
             self._completer.give_back(carried)
             raise
-        self._completer.settle(carried, written_ids)
-        jobs = [ClaimedJob.from_row(row) for row in rows]
+        self._completer.settle(carried, result.written_ids)
+        for bad in result.undecodable:
+            # Its own outcome, written like any other; its batch-mates run on.
+            self._completer.add(undecodable(bad))
+        jobs = result.jobs
         jobs.sort(key=lambda j: (j.priority, j.id))
         # Per job, the loop below is the worker's hottest Python: no log record (nor its extra
         # dict) unless someone listens, and metrics counted per task and queue, once a batch.
@@ -355,7 +393,12 @@ class Worker:
         assert self._completer is not None
         try:
             outcome = await execute(
-                self.app, job, self._threads, self._progress_from_any_thread, worker_id=self.id
+                self.db,
+                self.tasks,
+                job,
+                self._threads,
+                self._progress_from_any_thread,
+                worker_id=self.id,
             )
             # An attempt whose lease was lost is no longer ours to complete (the completion
             # would be fenced out anyway; this saves the round trip and the warning).
@@ -411,7 +454,7 @@ class Worker:
         self._lost.add(job)
         # An async handler can be stopped; a sync one runs on in its thread, fenced out, and
         # keeps its slot until it returns.
-        task = self.app.tasks.get(job.task)
+        task = self.tasks.get(job.task)
         if task is not None and task.is_async:
             running.cancel()
 
@@ -419,38 +462,56 @@ class Worker:
         assert self._pool is not None
         async with self._pool.connection() as conn:
             cur = await conn.execute(
-                self.app.queries.reap_expired_jobs,
-                {"limit": REAP_BATCH, "channel": self.app.channel},
+                self.db.queries.reap_expired_jobs,
+                {"limit": REAP_BATCH, "channel": self.db.channel},
             )
             for job_id, status in await cur.fetchall():
                 logger.warning("job %d: lease expired (worker gone?); now %s", job_id, status)
 
     # -- shutdown --------------------------------------------------------------------------------
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, grace: float) -> None:
         assert self._pool is not None
         assert self._completer is not None
         tasks = list(self._running.values())
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.shutdown_grace)
+        if tasks and grace > 0:
+            await asyncio.wait(tasks, timeout=grace)
         leftover = [(job, task) for job, task in self._running.items() if not task.done()]
         if leftover:
             logger.warning(
-                "grace period over: handing back %d running jobs (attempt not counted)",
+                "%s: handing back %d running jobs (attempt not counted)",
+                "grace period over" if grace > 0 else "stopping",
                 len(leftover),
             )
             for _, task in leftover:
                 task.cancel()
             jobs = [job for job, _ in leftover]
-            async with self._pool.connection() as conn:
-                await conn.execute(
-                    self.app.queries.release_jobs,
-                    {
-                        "ids": [j.id for j in jobs],
-                        "tokens": [j.lease_token for j in jobs],
-                        "worker": self.id,
-                        "channel": self.app.channel,
-                    },
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(
+                        self.db.queries.release_jobs,
+                        {
+                            "ids": [j.id for j in jobs],
+                            "tokens": [j.lease_token for j in jobs],
+                            "worker": self.id,
+                            "channel": self.db.channel,
+                        },
+                    )
+            except Exception as exc:  # the database may be what failed
+                logger.warning(
+                    "could not hand back jobs %s (%s); they run again when their leases expire",
+                    ", ".join(str(j.id) for j in jobs),
+                    str(exc).strip(),
                 )
             await asyncio.gather(*(task for _, task in leftover), return_exceptions=True)
-        await self._completer.drain()
+        try:
+            # Bounded: with the database gone for good the completer would retry forever. What
+            # it could not write runs again when its leases expire (the fence keeps that safe).
+            async with asyncio.timeout(max(grace, DRAIN_TIMEOUT)):
+                await self._completer.drain()
+        except TimeoutError:
+            logger.warning(
+                "could not record %d outcomes before stopping; those jobs run again when their "
+                "leases expire",
+                len(self._completer.pending_jobs),
+            )

@@ -109,7 +109,16 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- in order and stopping after %(limit)s rows: O(n^2) for a drain (bench/README.md: ~1,500 ->
 -- ~15,000 jobs/s; tests/integration/test_claim_plan.py checks the plan). A job being finished is
 -- running in this statement's snapshot, so `due` cannot pick it.
+-- Only jobs of %(tasks)s (the worker's registered tasks; NULL: any) are claimed: a job no worker
+-- knows waits for one that does (a rolling deploy, two projects on one database) instead of
+-- burning an attempt. A filter on the same index walk: no sort, and no cost while every waiting
+-- job is known; jobs of an unknown task at the head of the queue are stepped over on each claim
+-- (`cronbase stats` and `check` show them).
 -- Rows: the claimed jobs, then one row whose id is NULL carrying the ids of the successes written.
+-- The payload comes as text and the lease as seconds, decoded per job by worker/claim.py: a row
+-- written by other SQL that Python cannot decode (JSON nested 10,000 deep, a 5,000-digit number)
+-- fails that job alone, where psycopg's loaders would fail the fetch of the whole batch after the
+-- claim committed.
 -- The two arrays are sent in binary (%(name)b): psycopg's text dump of a list runs a regex per
 -- element, ~8% of a drain's worker CPU; binary is 4x cheaper.
 WITH finished AS (
@@ -122,6 +131,7 @@ WITH finished AS (
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now()
+      AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
       AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
@@ -133,8 +143,8 @@ WITH finished AS (
         started_at = now(), updated_at = now()
     FROM due
     WHERE j.id = due.id
-    RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attempts,
-              j.lease_token, j.lease
+    RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
+              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease
 )
 SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease,
        NULL::bigint[] AS finished
@@ -154,6 +164,7 @@ WITH finished AS (
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now() AND queue = ANY (%(queues)s::text[])
+      AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
       AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
@@ -165,8 +176,8 @@ WITH finished AS (
         started_at = now(), updated_at = now()
     FROM due
     WHERE j.id = due.id
-    RETURNING j.id, j.task, j.queue, j.payload, j.priority, j.attempts, j.max_attempts,
-              j.lease_token, j.lease
+    RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
+              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease
 )
 SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease,
        NULL::bigint[] AS finished

@@ -131,12 +131,24 @@ WITH doomed AS (
 )
 DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id;
 
--- name: try_lock_maintenance
--- One pruner at a time across all workers; the lock is the connection's until unlocked.
-SELECT pg_try_advisory_lock(%(key)s);
-
--- name: unlock_maintenance
-SELECT pg_advisory_unlock(%(key)s);
+-- name: prune_jobs_exclusive
+-- One retention batch, run only by the caller that gets the advisory lock: one pruner at a time
+-- across all workers. The lock is transaction-scoped (it ends with this statement), so it works
+-- through a transaction pooler, where a session lock would be taken on one server connection and
+-- released on another. Rows: whether the lock was had, and how many jobs were deleted.
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
+), doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE (SELECT got FROM lock)
+      AND status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING 1
+)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
 
 -- name: search_jobs
 -- The dashboard's job list: filters, a search by id or key (idempotency, dedupe, or a

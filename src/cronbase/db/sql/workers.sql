@@ -1,9 +1,10 @@
 -- Named statements on cronbase.workers: who is alive and holding leases.
 
 -- name: register_worker
--- A worker announces itself when it starts (ids are unique per process start).
-INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- A worker announces itself when it starts (ids are unique per process start), with the queues
+-- it serves (NULL: all) and the tasks it registers.
+INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency, tasks)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: unregister_worker
@@ -12,7 +13,22 @@ DELETE FROM {schema}.workers WHERE id = %(id)s;
 
 -- name: list_workers
 -- Live (or lately live) workers, with the age of their last heartbeat by the database's clock.
-SELECT id, hostname, pid, queues, concurrency, started_at, last_seen_at,
+SELECT id, hostname, pid, queues, concurrency, tasks, started_at, last_seen_at,
        extract(epoch FROM now() - last_seen_at)::float8 AS heartbeat_age
 FROM {schema}.workers
 ORDER BY started_at;
+
+-- name: list_unserved_jobs
+-- Due waiting jobs that no live worker will claim: no worker seen within %(live_within)s serves
+-- both their queue and their task (a worker with NULL tasks, older code, claims any task). They
+-- wait for a worker that knows the task: a deploy not finished, a task renamed, a typo.
+SELECT j.task, j.queue, count(*) AS waiting, min(j.run_at) AS oldest_run_at
+FROM {schema}.jobs j
+WHERE j.status IN ('queued', 'failed') AND j.run_at <= now()
+  AND NOT EXISTS (
+      SELECT FROM {schema}.workers w
+      WHERE w.last_seen_at > now() - %(live_within)s::interval
+        AND (w.tasks IS NULL OR j.task = ANY (w.tasks))
+        AND (w.queues IS NULL OR j.queue = ANY (w.queues)))
+GROUP BY j.task, j.queue
+ORDER BY j.task, j.queue;

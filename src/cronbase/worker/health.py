@@ -1,0 +1,127 @@
+"""How a worker lives through database trouble: which errors waiting can cure, one log line per
+run of failures (not one per retry), and a start that waits for the database instead of exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from ..errors import DatabaseURLError, MigrationError
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..db.database import Database
+
+logger = logging.getLogger("cronbase")
+
+PAUSE_FIRST = 0.1
+# The longest pause between retries: once the database is back, a worker claims within about
+# this long (plus the pool's own reconnect), so a job enqueued then starts within ~2 s.
+PAUSE_MAX = 1.0
+
+# Errors that waiting does not cure: the schema or a table is gone, a grant was revoked, the
+# code expects a newer schema. A worker retries them for ``fatal_after``, then exits.
+FATAL_SQLSTATES = frozenset(
+    {
+        "42P01",  # undefined_table
+        "3F000",  # invalid_schema_name
+        "42501",  # insufficient_privilege
+        "42703",  # undefined_column
+        "42883",  # undefined_function
+    }
+)
+# Refusals at connect time that are configuration, not an outage: fail at once.
+_PERMANENT_CONNECT = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",  # database "x" / role "x" does not exist
+)
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error that retrying will not cure."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in FATAL_SQLSTATES
+
+
+def is_permanent_connect_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _PERMANENT_CONNECT)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+class FailureLog:
+    """A run of failures of one chore: logs the first (and each new kind), counts the rest, says
+    when it works again, and paces the retries."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self._since = 0.0
+        self._last = ""
+        self._pause = PAUSE_FIRST
+
+    @property
+    def duration(self) -> float:
+        return time.monotonic() - self._since if self.count else 0.0
+
+    def describe(self, exc: BaseException) -> str:
+        return f"{self.what} failed ({_one_line(exc)})"
+
+    def failed(self, exc: BaseException) -> float:
+        """Note a failure; returns how long to wait before the next try."""
+        if not self.count:
+            self._since = time.monotonic()
+            self._pause = PAUSE_FIRST
+        self.count += 1
+        line = _one_line(exc)
+        if line != self._last:
+            self._last = line
+            if isinstance(exc, psycopg.Error | DatabaseURLError):
+                logger.warning("%s; retrying until it works", self.describe(exc))
+            else:  # not the database: a bug, whose traceback is worth having once
+                logger.exception("%s; retrying until it works", self.describe(exc))
+        pause = self._pause
+        self._pause = min(self._pause * 2, PAUSE_MAX)
+        return pause
+
+    def succeeded(self) -> None:
+        if self.count:
+            logger.warning(
+                "%s works again after %d failures in %.1fs", self.what, self.count, self.duration
+            )
+        self.count = 0
+        self._last = ""
+
+
+async def connect_when_ready(db: Database, worker_id: str, *, wait: bool) -> AsyncConnectionPool:
+    """Check the schema and open the worker's pool; with ``wait``, retry while the database is
+    unreachable (logging once), else fail at once. A schema that is not current, a wrong
+    password or a missing database fail at once either way."""
+    failures = FailureLog("connecting to the database")
+    while True:
+        try:
+            await asyncio.to_thread(db.require_current)
+            return await db.open_async_pool(
+                name=f"cronbase-worker {worker_id}",
+                min_size=min(2, db.pool_size),
+                max_size=db.pool_size,
+                # Short: a claim that cannot get a connection fails and retries, which makes the
+                # pool try to connect again at once rather than after its backoff.
+                wait_seconds=5.0,
+            )
+        except MigrationError:
+            raise
+        except (DatabaseURLError, psycopg.OperationalError) as exc:
+            if not wait or is_permanent_connect_error(exc):
+                raise
+            await asyncio.sleep(failures.failed(exc))

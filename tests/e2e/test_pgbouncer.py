@@ -1,0 +1,210 @@
+"""cronbase through a real pgbouncer: transaction mode (no prepared statements, no session state,
+poll instead of LISTEN unless a listen URL is given) and session mode."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import cronbase
+from cronbase.maintenance import Retention, prune_once
+from tests.conftest import wait_for
+from tests.e2e.harness import WorkerProcesses, is_registered, reset_test_tables
+from tests.e2e.worker_app import make_app
+from tests.servers import PgBouncer, PostgresCluster
+from tests.servers import make_cluster as make_cluster
+from tests.servers import make_pgbouncer as make_pgbouncer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+THREADS = 16
+EACH = 25
+
+
+@pytest.fixture
+def stack(
+    make_cluster: Callable[[], PostgresCluster], make_pgbouncer: Callable[..., PgBouncer]
+) -> tuple[PostgresCluster, PgBouncer, PgBouncer, str]:
+    cluster = make_cluster()
+    direct = cluster.create_database("app")
+    cronbase.App(direct).migrate()
+    transaction = make_pgbouncer(cluster, pool_mode="transaction", default_pool_size=5)
+    session = make_pgbouncer(cluster, pool_mode="session", default_pool_size=40)
+    return cluster, transaction, session, direct
+
+
+def count(url: str, query: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_migrate_through_a_transaction_pooler_refuses_and_names_the_fix(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str],
+) -> None:
+    _, transaction, _, _ = stack
+    app = cronbase.App(transaction.url("app"), pooler="transaction")
+    with pytest.raises(cronbase.ConfigurationError, match="direct or session-mode URL"):
+        app.migrate()
+
+
+def test_concurrent_defers_and_key_races_through_transaction_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str],
+) -> None:
+    _, transaction, _, direct = stack
+    app = cronbase.App(transaction.url("app"), pooler="transaction", pool_size=8)
+
+    @app.task
+    def send(n: int) -> None: ...
+
+    errors: list[BaseException] = []
+    keyed: list[int] = []
+
+    def producer(t: int) -> None:
+        try:
+            for i in range(EACH):
+                send.defer(n=t * EACH + i)
+            # Every thread races for the same key: one job, every caller gets its id.
+            keyed.append(send.configure(idempotency_key="the-one").defer(n=-1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=producer, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    async def async_producers() -> None:
+        async def one(t: int) -> None:
+            for i in range(EACH):
+                await send.defer_async(n=10_000 + t * EACH + i)
+            await send.defer_many_async([{"n": 20_000 + t}])
+
+        await asyncio.gather(*(one(t) for t in range(THREADS)))
+        await app.aclose()
+
+    asyncio.run(async_producers())
+    app.close()
+    assert errors == []
+    assert len(set(keyed)) == 1
+    assert count(direct, "SELECT count(*) FROM cronbase.jobs") == 2 * THREADS * EACH + THREADS + 1
+
+
+def drain_with_workers(
+    url: str, direct: str, tmp_path: Path, env: dict[str, str], jobs: int
+) -> list[str]:
+    """Three worker processes drain ``jobs`` jobs; returns their logs."""
+    with psycopg.connect(direct, autocommit=True) as conn:
+        reset_test_tables(conn)
+        with WorkerProcesses(url, tmp_path, env=env) as workers:
+            names = ("A", "B", "C")
+            processes = [workers.start(name, "--concurrency", "8") for name in names]
+            for name in names:
+                wait_for(partial(is_registered, conn, name), timeout=60, what=f"worker {name}")
+            app = make_app(url)
+            ids = app.get_task("execute_once").defer_many([{"n": n} for n in range(jobs)])
+            app.close()
+            assert len(set(ids)) == jobs
+            wait_for(
+                lambda: (
+                    count(direct, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                    == jobs
+                ),
+                timeout=120,
+                what=f"{jobs} jobs to succeed",
+            )
+            executions = conn.execute("SELECT job_id, n FROM test_executions").fetchall()
+            assert len(executions) == jobs  # exactly once: none twice, none missing
+            assert {job_id for job_id, _ in executions} == set(ids)
+            assert count(direct, "SELECT count(*) FROM cronbase.jobs WHERE attempts <> 1") == 0
+            for process in processes:
+                process.send(signal.SIGTERM)
+            assert [process.wait_exit(timeout=60) for process in processes] == [0, 0, 0]
+            return [process.log() for process in processes]
+
+
+def test_three_workers_drain_2000_jobs_exactly_once_through_transaction_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str], tmp_path: Path
+) -> None:
+    _, transaction, _, direct = stack
+    logs = drain_with_workers(
+        transaction.url("app"), direct, tmp_path, {"CRONBASE_POOLER": "transaction"}, 2000
+    )
+    # No listen URL through a transaction pooler: the workers say they poll.
+    assert all("polling every" in log for log in logs), logs[0]
+    assert not any("prepared statement" in log for log in logs), logs
+
+
+def test_with_a_listen_url_transaction_mode_workers_listen_directly(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str], tmp_path: Path
+) -> None:
+    _, transaction, _, direct = stack
+    env = {"CRONBASE_POOLER": "transaction", "CRONBASE_LISTEN_URL": direct}
+    logs = drain_with_workers(transaction.url("app"), direct, tmp_path, env, 300)
+    assert not any("polling every" in log for log in logs), logs[0]
+
+
+def test_three_workers_drain_exactly_once_through_session_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str], tmp_path: Path
+) -> None:
+    _, _, session, direct = stack
+    drain_with_workers(session.url("app"), direct, tmp_path, {}, 2000)
+
+
+def test_schedules_pruning_and_effects_through_transaction_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str],
+) -> None:
+    _, transaction, _, direct = stack
+    app = cronbase.App(transaction.url("app"), pooler="transaction")
+
+    @app.periodic(cron="* * * * *", key="every-minute")
+    @app.task
+    def tick_job(scheduled_at: Any = None) -> None: ...
+
+    # Several schedulers tick at once through the pooler: one job per slot.
+    async def tick_all() -> list[list[int]]:
+        tickers = [cronbase.Scheduler(app.db, app.tasks, app.periodic_schedules) for _ in range(4)]
+        # Two minutes on: a slot is due (the declared schedule starts from the database's now).
+        later = datetime.now(UTC) + timedelta(minutes=2)
+        return list(await asyncio.gather(*(t.tick(later) for t in tickers)))
+
+    fired = asyncio.run(tick_all())
+    # SKIP LOCKED shares the schedule out: one ticker fires the slot, the others find it taken.
+    assert len({job_id for ids in fired for job_id in ids}) == 1
+    assert count(direct, "SELECT count(*) FROM cronbase.jobs") == 1
+
+    # The pruner's lock is transaction-scoped: it works, one pruner at a time, through it.
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO cronbase.jobs (task, payload, status, attempts, started_at, finished_at)"
+            " SELECT 'old', '{}', 'succeeded', 1, now() - interval '30 days',"
+            " now() - interval '30 days' FROM generate_series(1, 1500)"
+        )
+
+    async def prune() -> int | None:
+        pool = await app.db.async_pool()
+        try:
+            return await prune_once(pool, app.db, Retention(succeeded=timedelta(days=7)))
+        finally:
+            await app.aclose()
+
+    assert asyncio.run(prune()) == 1500
+
+    with app.effects.once("charge:1") as effect:
+        assert not effect.done
+        effect.record(charge="ch_1")
+    with app.effects.once("charge:1") as again:
+        assert again.done
+    assert app.effects.get("charge:1").result == {"charge": "ch_1"}
+    app.close()
