@@ -1,0 +1,38 @@
+#!/bin/sh
+# The Debian packages `make test` needs beyond Python: installs the missing ones with apt-get when
+# run as root, otherwise stops at once with the one command to run. Silent when all are present.
+#   chromium       /usr/bin/chromium: the dashboard's browser tests (Playwright executable_path)
+#   pgbouncer      /usr/sbin/pgbouncer: tests/servers.py puts a real pgbouncer in front of servers
+#   postgresql-15  initdb, pg_ctl, postgres, pg_basebackup: tests/servers.py's own clusters, which
+#                  tests restart, kill and fail over (and CI's second `make test` on PostgreSQL 15)
+set -eu
+
+PG15=/usr/lib/postgresql/15/bin
+missing=""
+need() { # need PACKAGE FILE...: PACKAGE is missing when one of its files is not executable
+    package=$1
+    shift
+    for file in "$@"; do
+        if [ ! -x "$file" ]; then
+            missing="$missing $package"
+            return 0
+        fi
+    done
+}
+need chromium /usr/bin/chromium
+need pgbouncer /usr/sbin/pgbouncer
+need postgresql-15 "$PG15/initdb" "$PG15/pg_ctl" "$PG15/postgres" "$PG15/pg_basebackup"
+
+[ -z "$missing" ] && exit 0
+missing=${missing# }
+
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "make test needs Debian packages that are missing: $missing; install them with: sudo apt-get install -y $missing" >&2
+    exit 1
+fi
+
+echo "make test: installing the missing Debian packages $missing (apt-get install --no-install-recommends)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086 # one word per package
+apt-get install -y -q --no-install-recommends $missing
