@@ -18,6 +18,7 @@ from .db.queries import Queries
 from .effects import Effects
 from .errors import ConfigurationError, PayloadError
 from .job import Payload
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .queues import Queues
 from .retry import Backoff
 from .schedule.admin import Schedules
@@ -53,9 +54,15 @@ class App:
         listen_url: str | None = None,
         pooler: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.db = Database(
-            database_url, schema=schema, listen_url=listen_url, pooler=pooler, pool_size=pool_size
+            database_url,
+            schema=schema,
+            listen_url=listen_url,
+            pooler=pooler,
+            pool_size=pool_size,
+            max_payload_bytes=max_payload_bytes,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
@@ -133,7 +140,7 @@ class App:
             raise ConfigurationError(f"timeout must be positive, got {timeout!r}")
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            task_name = name or f.__name__
+            task_name = check_name("task", f.__name__ if name is None else name)
             if task_name in self.tasks:
                 raise ConfigurationError(
                     f"task name {task_name!r} is registered twice "

@@ -21,6 +21,7 @@ from psycopg.rows import TupleRow, tuple_row
 
 from .errors import CronbaseError, JobNotFoundError, JobStateError, PayloadError
 from .job import Job, JobAttempt, JobStatus, Payload
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
 
 if TYPE_CHECKING:
     from .db.database import Database
@@ -56,8 +57,7 @@ class JobOptions:
 
     def check(self) -> None:
         """Refuse, naming the bad value, an option the database would refuse or misread."""
-        if not isinstance(self.queue, str) or not self.queue:
-            raise CronbaseError(f"queue must be a non-empty string, got {self.queue!r}")
+        check_name("queue", self.queue)
         if not _is_int(self.priority):
             raise CronbaseError(f"priority must be an integer, got {self.priority!r}")
         if not -32768 <= self.priority <= 32767:
@@ -88,8 +88,8 @@ class JobOptions:
             ("idempotency_key", self.idempotency_key),
             ("dedupe_key", self.dedupe_key),
         ):
-            if key is not None and (not isinstance(key, str) or not key):
-                raise CronbaseError(f"{name} must be a non-empty string, got {key!r}")
+            if key is not None:
+                check_key(name, key)
         if self.on_duplicate not in ("ignore", "replace"):
             raise CronbaseError(
                 f"on_duplicate must be 'ignore' or 'replace', got {self.on_duplicate!r}"
@@ -198,8 +198,9 @@ def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
 
 
-def encode_payload(task: str, payload: Payload) -> str:
-    """JSON text of a payload; refuses what jsonb cannot hold, naming the task and the value."""
+def encode_payload(task: str, payload: Payload, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """JSON text of a payload; refuses what jsonb cannot hold, or more than ``max_bytes`` of it,
+    naming the task and the value."""
     if not isinstance(payload, dict):
         raise PayloadError(
             f"payload for task {task!r} must be a JSON object (a dict of the handler's "
@@ -207,20 +208,35 @@ def encode_payload(task: str, payload: Payload) -> str:
         )
     try:
         _check_value(payload)
-        return _ENCODER.encode(payload)
+        text = _ENCODER.encode(payload)
     except _Unstorable as exc:
-        why = exc.describe()
+        raise PayloadError(
+            f"payload for task {task!r} cannot be stored as JSON: {exc.describe()}"
+        ) from None
     except (TypeError, ValueError, RecursionError) as exc:  # an int too long, nesting too deep
-        why = f"{type(exc).__name__}: {exc}"
-    raise PayloadError(f"payload for task {task!r} cannot be stored as JSON: {why}")
+        raise PayloadError(
+            f"payload for task {task!r} cannot be stored as JSON: {type(exc).__name__}: {exc}"
+        ) from None
+    # Characters first: a byte count only when the text could be over (UTF-8: 4 at most).
+    if len(text) * 4 > max_bytes and len(size := text.encode()) > max_bytes:
+        raise PayloadError(
+            f"payload for task {task!r} is {len(size):,} bytes of JSON, more than the "
+            f"{max_bytes:,} allowed (App(max_payload_bytes=...)); store large data elsewhere "
+            "and pass its key"
+        )
+    return text
 
 
 def build_insert(
-    q: Queries, task: str, opts: JobOptions, payload: Payload
+    q: Queries,
+    task: str,
+    opts: JobOptions,
+    payload: Payload,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> tuple[bytes, dict[str, Any]]:
     params = opts.insert_params.copy()
     params["task"] = task
-    params["payload"] = encode_payload(task, payload)
+    params["payload"] = encode_payload(task, payload, max_bytes)
     params["channel"] = q.channel
     if not opts.has_keys:
         return q.insert_job, params
@@ -232,7 +248,11 @@ def build_insert(
 
 
 def build_insert_many(
-    q: Queries, task: str, opts: JobOptions, payloads: Sequence[Payload]
+    q: Queries,
+    task: str,
+    opts: JobOptions,
+    payloads: Sequence[Payload],
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> tuple[bytes, dict[str, Any]]:
     if opts.has_keys:
         raise CronbaseError(
@@ -241,7 +261,7 @@ def build_insert_many(
         )
     params = opts.insert_params.copy()
     params["task"] = task
-    params["payloads"] = [encode_payload(task, p) for p in payloads]
+    params["payloads"] = [encode_payload(task, p, max_bytes) for p in payloads]
     params["channel"] = q.channel
     return q.insert_jobs, params
 
@@ -291,7 +311,7 @@ def defer_one_sync(
     db: Database, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
     caller = None if connection is None else _sync_conn(connection)
-    query, params = build_insert(db.queries, task, opts, payload)
+    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes)
     for _ in range(_UNIQUE_TRIES):
         rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
         if rows:
@@ -303,7 +323,7 @@ async def defer_one_async(
     db: Database, task: str, opts: JobOptions, payload: Payload, connection: object | None
 ) -> int:
     caller = None if connection is None else _async_conn(connection)
-    query, params = build_insert(db.queries, task, opts, payload)
+    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes)
     for _ in range(_UNIQUE_TRIES):
         if caller is not None:
             rows = await _run_async(caller, query, params)
@@ -324,7 +344,7 @@ def defer_many_sync(
     caller = None if connection is None else _sync_conn(connection)
     if not payloads:
         return []
-    query, params = build_insert_many(db.queries, task, opts, payloads)
+    query, params = build_insert_many(db.queries, task, opts, payloads, db.max_payload_bytes)
     rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
     return [int(r[0]) for r in rows]
 
@@ -339,7 +359,7 @@ async def defer_many_async(
     caller = None if connection is None else _async_conn(connection)
     if not payloads:
         return []
-    query, params = build_insert_many(db.queries, task, opts, payloads)
+    query, params = build_insert_many(db.queries, task, opts, payloads, db.max_payload_bytes)
     if caller is not None:
         rows = await _run_async(caller, query, params)
     else:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .errors import CronbaseError
+from .errors import CronbaseError, DatabaseUnavailableError, DatabaseURLError, LeaseLostError
 from .job import Payload
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ class JobContext:
     _db: Database | None = field(default=None, repr=False)
     # Set once transaction() has committed the job's success with the handler's writes.
     completed: bool = field(default=False, repr=False)
+    # Set by the worker (from its loop) when a lease renewal found the lease gone: the attempt
+    # may run on, fenced out, but starts no effect and no transaction().
+    lease_lost: bool = field(default=False, repr=False)
     # Called (from any thread) when progress changes, so the worker can store it soon.
     _on_progress: Callable[[], None] = field(repr=False, default=lambda: None)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -67,21 +70,48 @@ class JobContext:
         ...     conn.execute("UPDATE invoices SET sent = true WHERE id = %s", [invoice_id])
         """
         db = self._require_db()
-        with db.pool().connection() as conn, conn.transaction():
-            yield conn
-            self._check_finished(conn.execute(db.queries.finish_jobs, self._success()).fetchall())
+        self.check_lease()
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            with db.pool().connection() as conn, conn.transaction():
+                yield conn
+                rows = conn.execute(db.queries.finish_jobs, self._success()).fetchall()
+                self._check_finished(rows)
+        except (psycopg.OperationalError, DatabaseURLError) as exc:
+            raise self._unavailable(exc, conn) from exc
         self.completed = True
 
     @asynccontextmanager
     async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """The async twin of :meth:`transaction`, for async handlers."""
         db = self._require_db()
-        pool = await db.async_pool()
-        async with pool.connection() as conn, conn.transaction():
-            yield conn
-            cur = await conn.execute(db.queries.finish_jobs, self._success())
-            self._check_finished(await cur.fetchall())
+        self.check_lease()
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            pool = await db.async_pool()
+            async with pool.connection() as conn, conn.transaction():
+                yield conn
+                cur = await conn.execute(db.queries.finish_jobs, self._success())
+                self._check_finished(await cur.fetchall())
+        except (psycopg.OperationalError, DatabaseURLError) as exc:
+            raise self._unavailable(exc, conn) from exc
         self.completed = True
+
+    def _unavailable(
+        self,
+        exc: psycopg.OperationalError | DatabaseURLError,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None,
+    ) -> Exception:
+        """DatabaseUnavailableError when the connection itself was lost (or none could be had),
+        so the attempt is handed back uncounted; the error as it is otherwise (a serialization
+        failure of the handler's own writes is the handler's to retry)."""
+        if conn is not None and not conn.broken:
+            return exc
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return DatabaseUnavailableError(
+            f"job {self.id} attempt {self.attempt}: the database connection of transaction() "
+            f"was lost ({reason}); the attempt is handed back, not counted"
+        )
 
     def _require_db(self) -> Database:
         if self._db is None or self.lease_token is None or self.completed:
@@ -103,9 +133,20 @@ class JobContext:
             "worker": self.worker_id,
         }
 
+    def check_lease(self, what: str = "transaction()") -> None:
+        """Raise LeaseLostError when the worker found this attempt's lease gone."""
+        if self.lease_lost:
+            raise self.lease_lost_error(what)
+
+    def lease_lost_error(self, what: str) -> LeaseLostError:
+        return LeaseLostError(
+            f"job {self.id} attempt {self.attempt}: its lease is gone (expired, cancelled or "
+            f"retried by an operator); {what} not started"
+        )
+
     def _check_finished(self, rows: list[Any]) -> None:
         if not rows:  # the lease was lost: another attempt owns the job now; roll back
-            raise CronbaseError(
+            raise LeaseLostError(
                 f"job {self.id} attempt {self.attempt}: lease lost before the transaction "
                 "committed; its writes are rolled back"
             )

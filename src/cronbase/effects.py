@@ -34,7 +34,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from .context import running_job
-from .errors import CronbaseError
+from .errors import CronbaseError, LeaseLostError
+from .limits import check_key
 
 if TYPE_CHECKING:
     from .db.database import Database
@@ -146,9 +147,20 @@ def _params(key: str, stale_after: timedelta, owner: uuid.UUID) -> dict[str, Any
     }
 
 
+def _held(row: Mapping[str, Any] | None) -> bool:
+    return bool(row and row["held"])
+
+
+def _zombie(key: str) -> LeaseLostError:
+    job = running_job()
+    assert job is not None
+    return job.lease_lost_error(f"effect {key!r}")
+
+
 def _check(key: str, stale_after: timedelta) -> None:
     if not key:
         raise EffectError("effect key must not be empty")
+    check_key("effect key", key)  # NUL, length
     if stale_after <= timedelta(0):
         raise EffectError(f"stale_after must be positive, got {stale_after!r}")
 
@@ -219,7 +231,20 @@ class Effects:
 
     # -- sync ------------------------------------------------------------------------------------
 
+    def _fence(self, key: str) -> dict[str, Any] | None:
+        """The holds_lease check of the running attempt, or None outside a worker's job."""
+        job = running_job()
+        if job is None or job.lease_token is None:
+            return None
+        job.check_lease(f"effect {key!r}")
+        return {"id": job.id, "token": job.lease_token}
+
     def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:
+        # An attempt whose lease is gone (a zombie) must not start an effect: another attempt
+        # may be running the job, and the ledger alone would only make it wait or take over.
+        fence = self._fence(key)
+        if fence is not None and not _held(self.db.fetch_one(self.db.queries.holds_lease, fence)):
+            raise _zombie(key)
         steps = _entering(self.db.queries, key, stale_after, reconcile is not None)
         try:
             step = next(steps)
@@ -293,6 +318,11 @@ class Effects:
     async def _enter_async(
         self, key: str, stale_after: timedelta, reconcile: Reconcile | None
     ) -> Effect:
+        fence = self._fence(key)
+        if fence is not None:
+            row = await self.db.fetch_one_async(self.db.queries.holds_lease, fence)
+            if not _held(row):
+                raise _zombie(key)
         steps = _entering(self.db.queries, key, stale_after, reconcile is not None)
         try:
             step = next(steps)

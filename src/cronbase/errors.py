@@ -25,8 +25,12 @@ class UnknownTaskError(CronbaseError):
         super().__init__(f"unknown task {name!r}; registered: {known}")
 
 
-class PayloadError(CronbaseError):
-    """A payload that is not JSON, or does not fit the task's arguments."""
+class InvalidNameError(CronbaseError, ValueError):
+    """A queue or task name, or a key, that cronbase does not accept (see cronbase.limits)."""
+
+
+class PayloadError(CronbaseError, ValueError):
+    """A payload that is not JSON, is too large, or does not fit the task's arguments."""
 
 
 class JobNotFoundError(CronbaseError):
@@ -48,3 +52,13 @@ class MigrationError(CronbaseError):
 class WorkerFatalError(CronbaseError):
     """A worker met a database error that waiting did not cure (schema gone, permission denied)
     for longer than its ``fatal_after``; it handed back its jobs and stopped."""
+
+
+class DatabaseUnavailableError(CronbaseError):
+    """cronbase's own connection was lost while a job used it (a restart, a failover): the attempt
+    is handed back, not counted, and runs again once the database is back."""
+
+
+class LeaseLostError(CronbaseError):
+    """The running attempt's lease is gone (expired, cancelled, retried by an operator): another
+    attempt may own the job, so this one may not start an effect or a transaction()."""

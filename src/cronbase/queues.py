@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .db.database import Row
-from .errors import CronbaseError
+from .limits import check_name
 
 if TYPE_CHECKING:
     from .db.database import Database
@@ -31,8 +31,7 @@ class QueueState:
 
 
 def _check(name: str) -> None:
-    if not name:
-        raise CronbaseError("queue name must not be empty")
+    check_name("queue", name)
 
 
 class Queues:

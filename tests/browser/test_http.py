@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import httpx
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -296,9 +297,18 @@ def test_job_list_filters_searches_and_pages(client: httpx.Client, test_app: cro
     assert client.get(f"/jobs/{2**64}").status_code == 404  # beyond bigint
 
 
-def test_everything_shown_is_escaped(client: httpx.Client, test_app: cronbase.App) -> None:
+def test_everything_shown_is_escaped(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
     hostile = "<script>alert('x')</script>"
-    job_id = test_app.tasks["send_email"].configure(queue=hostile).defer(to=hostile)
+    # defer refuses such a queue name; a row written by other SQL can still carry one.
+    row = db.execute(
+        "INSERT INTO cronbase.jobs (task, queue, payload) VALUES ('send_email', %s, %s)"
+        " RETURNING id",
+        [hostile, Jsonb({"to": hostile})],
+    ).fetchone()
+    assert row is not None
+    job_id = row[0]
     for path in ("/", f"/jobs/{job_id}", "/jobs"):
         html = client.get(path).text
         assert "<script>alert" not in html, path
@@ -335,3 +345,20 @@ def test_vendored_htmx_matches_its_readme() -> None:
     version = re.search(r"htmx (2\.\d+\.\d+)", readme)
     assert version, "static/README.md names no htmx 2 version"
     assert f'version:"{version.group(1)}"' in (static / "htmx.min.js").read_text()
+
+
+# -- workers ---------------------------------------------------------------------------------------
+
+
+def test_the_overview_names_due_jobs_no_live_worker_registers(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    assert "Waiting for a worker that knows their task" not in client.get("/").text
+    # Deferred by another project (or a newer deploy) on the same schema.
+    db.execute(
+        "INSERT INTO cronbase.jobs (task, queue, payload) VALUES ('renamed_task', 'q1', '{}')"
+    )
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "Waiting for a worker that knows their task" in page.text
+    assert "1 due jobs of task <code>renamed_task</code>" in page.text

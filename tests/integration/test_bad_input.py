@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import cronbase
+from cronbase.client import encode_payload
 
 
 def job_count(db: psycopg.Connection[Any]) -> int:
@@ -139,8 +140,15 @@ def test_an_unknown_task_name_is_refused_naming_the_registered_ones(
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"queue": ""}, "queue must be a non-empty string, got ''"),
-        ({"queue": 7}, "got 7"),
+        ({"queue": ""}, "invalid queue name '': use 1 to 100 letters, digits and _ - . :"),
+        ({"queue": 7}, "queue name must be a string, got 7"),
+        ({"queue": " "}, "invalid queue name ' '"),
+        ({"queue": "a\x00b"}, "invalid queue name 'a\\x00b'"),
+        ({"queue": "q" * 200}, "invalid queue name 'qqqq"),
+        ({"queue": "emails; DROP TABLE jobs"}, "invalid queue name 'emails; DROP TABLE jobs'"),
+        ({"idempotency_key": "k\x00"}, "idempotency_key 'k\\x00' contains a NUL character"),
+        ({"dedupe_key": "k" * 1001}, "dedupe_key is 1001 characters long, more than 1000"),
+        ({"lease": timedelta(days=40000)}, "lease must be a positive timedelta of at most 100"),
         ({"priority": 99999}, "priority must be within -32768..32767, got 99999"),
         ({"priority": "high"}, "priority must be an integer, got 'high'"),
         ({"max_attempts": 0}, "max_attempts must be an integer from 1 to 2147483647, got 0"),
@@ -152,7 +160,7 @@ def test_an_unknown_task_name_is_refused_naming_the_registered_ones(
             {"run_at": datetime.now().astimezone(), "delay": timedelta(seconds=5)},
             "give run_at or delay, not both",
         ),
-        ({"idempotency_key": ""}, "idempotency_key must be a non-empty string"),
+        ({"idempotency_key": ""}, "idempotency_key must be a non-empty string, got ''"),
         ({"on_duplicate": "replace"}, "on_duplicate='replace' needs a dedupe_key"),
         ({"on_duplicate": "merge", "dedupe_key": "k"}, "got 'merge'"),
     ],
@@ -234,3 +242,42 @@ def test_defer_by_name_refuses_unknown_options_and_non_object_payloads(app: cron
         ping.defer_many([5])  # type: ignore[list-item]
     assert ping.defer_many({"n": n} for n in range(3))  # a generator is read once, fully
     assert len(app.jobs.list(task="ping")) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("", "''"), (" ", "' '"), ("a\x00b", "'a\\x00b'"), ("t" * 101, "'tttt"), ("über", "'über'")],
+)
+def test_a_bad_task_name_is_refused_at_registration(
+    app: cronbase.App, name: str, shown: str, refused: Callable[..., str]
+) -> None:
+    message = refused(cronbase.InvalidNameError, app.task(name=name), lambda: None)
+    assert message.startswith(f"invalid task name {shown}")
+    assert name not in app.tasks
+
+
+def test_a_payload_over_the_limit_is_refused_and_nothing_is_written(
+    app: cronbase.App, db: psycopg.Connection[Any], refused: Callable[..., str]
+) -> None:
+    @app.task
+    def upload(data: str) -> None: ...
+
+    big = "x" * (16 * 1024 * 1024)
+    message = refused(cronbase.PayloadError, upload.defer, data=big)
+    assert message.startswith("payload for task 'upload' is 16,777,227 bytes of JSON, more than")
+    assert "1,048,576 allowed" in message
+    assert isinstance(cronbase.PayloadError("x"), ValueError)
+    small = cronbase.App(app.database_url, max_payload_bytes=100)
+    wide = small.task(name="wide")(lambda s: None)
+    message = refused(cronbase.PayloadError, wide.defer, s="é" * 20)
+    # What counts is the JSON as stored (non-ASCII characters escaped: 6 bytes each).
+    assert message.startswith("payload for task 'wide' is 128 bytes of JSON, more than the 100")
+    assert len(encode_payload("wide", {"s": "x" * 92}, 100)) == 100  # exactly the limit: fits
+    small.close()
+
+
+def test_hostile_queue_names_are_refused_by_the_queue_calls(
+    app: cronbase.App, refused: Callable[..., str]
+) -> None:
+    for bad in ("", "x" * 200, "a\x00b"):
+        assert "invalid queue name" in refused(cronbase.InvalidNameError, app.queues.pause, bad)

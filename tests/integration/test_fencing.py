@@ -67,6 +67,7 @@ def release(
         "tokens": [job.lease_token],
         "worker": worker,
         "channel": app.channel,
+        "reason": "test",
     }
     return db.execute(app.queries.release_jobs, params).fetchall()
 

@@ -200,14 +200,16 @@ def test_pgbouncer_transaction_mode_breaks_named_prepared_statements(
     assert one(bouncer.url(), "SELECT %s::int", [3], prepare_threshold=None) == 3
 
 
-def test_pgbouncer_session_mode_gives_each_client_its_server(
-    pgbouncer_session: PgBouncer,
+def test_pgbouncer_session_mode_gives_each_client_its_server_for_the_session(
+    pg_cluster: PostgresCluster, make_pgbouncer: Callable[..., PgBouncer]
 ) -> None:
-    bouncer = pgbouncer_session
+    bouncer = make_pgbouncer(pg_cluster, pool_mode="session", default_pool_size=2)
     # psycopg's default prepare_threshold: each client prepares its query (_pg3_0) at its 6th
-    # run. No collision on a reused server connection: session mode's DISCARD ALL drops them.
-    run_from_threads(bouncer.url(), threads=8, queries=50)
+    # run, and 8 clients take turns on 2 server connections. No collision: at the end of each
+    # session, pgbouncer's server_reset_query (DISCARD ALL) drops the prepared statements.
+    backends = run_from_threads(bouncer.url(), threads=8, queries=50)
 
+    assert 1 <= len(backends) <= 2
     assert pool_of(bouncer, "postgres")["pool_mode"] == "session"
     with psycopg.connect(bouncer.url()) as first, psycopg.connect(bouncer.url()) as second:
         first_pid = one_on(first, "SELECT pg_backend_pid()")
@@ -218,10 +220,13 @@ def test_pgbouncer_session_mode_gives_each_client_its_server(
         assert len(clients) == 2
 
 
+@pytest.mark.parametrize("mode", ["transaction", "session"])
 def test_pgbouncer_reconnects_after_postgres_restarts(
-    pg_cluster: PostgresCluster, pgbouncer_transaction: PgBouncer
+    mode: str, pg_cluster: PostgresCluster, request: pytest.FixtureRequest
 ) -> None:
-    url = pgbouncer_transaction.url()
+    bouncer: PgBouncer = request.getfixturevalue(f"pgbouncer_{mode}")
+    assert bouncer.pool_mode == mode
+    url = bouncer.url()
     before = one(url, "SELECT pg_backend_pid()", prepare_threshold=None)
 
     pg_cluster.restart("fast")

@@ -273,6 +273,7 @@ class Driver:
             "tokens": [self.tokens.get(job_id, uuid.uuid4())],
             "worker": "w",
             "channel": self.app.channel,
+            "reason": "test",
         }
         return bool(self.db.execute(self.q.release_jobs, params).fetchall())
 

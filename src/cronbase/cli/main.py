@@ -22,7 +22,7 @@ import psycopg
 
 from ..db import migrate as migrations
 from ..db import pool
-from ..errors import CronbaseError
+from ..errors import CronbaseError, WorkerFatalError
 from ..job import Payload
 from .common import (
     DEFAULT_SCHEMA,
@@ -360,6 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.ClickException as exc:
         return _fail(settings, exc, exc.format_message(), exc.exit_code)
+    except WorkerFatalError as exc:
+        # Not bad input: the database refused the worker for longer than fatal_after.
+        return _fail(settings, exc, str(exc), EXIT_FAILED)
     except CronbaseError as exc:
         return _fail(settings, exc, str(exc), EXIT_BAD_INPUT)
     except (click.Abort, KeyboardInterrupt):

@@ -22,6 +22,7 @@ from psycopg.rows import TupleRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigurationError
+from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from . import embedded, migrate, pool
 from .queries import Queries
 
@@ -52,7 +53,8 @@ class Database:
     ``url`` (else ``CRONBASE_DATABASE_URL``, ``DATABASE_URL``, else the embedded server),
     ``listen_url`` (else ``CRONBASE_LISTEN_URL``; in session mode, ``url``), ``pooler``
     (``session`` or ``transaction``, else ``CRONBASE_POOLER``), ``pool_size`` (the most
-    connections each of this process's pools opens).
+    connections each of this process's pools opens), ``max_payload_bytes`` (the largest payload
+    a defer accepts, as JSON).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class Database:
         listen_url: str | None = None,
         pooler: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
@@ -75,6 +78,12 @@ class Database:
         self.channel = self.queries.channel
         self.pooler = resolve_pooler(pooler)
         self.pool_size = pool_size
+        # Not a connection setting, but the write path's: every insert of a payload passes here.
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 2:
+            raise ConfigurationError(
+                f"max_payload_bytes must be an integer of at least 2, got {max_payload_bytes!r}"
+            )
+        self.max_payload_bytes = max_payload_bytes
         self._explicit_url = url
         if url:
             pool.check_url(url)

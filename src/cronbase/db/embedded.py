@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -16,16 +18,35 @@ _lock = threading.Lock()
 _urls: dict[Path, str] = {}
 
 
-def data_dir() -> Path:
-    """Where the embedded cluster keeps its data: CRONBASE_DATA_DIR, else the user data folder."""
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The project the process runs in: the nearest folder up from ``start`` (the working
+    directory) with a pyproject.toml, setup.py, setup.cfg or .git; else ``start`` itself."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
+            return folder
+    return here
+
+
+def data_dir(start: Path | None = None) -> Path:
+    """Where the embedded cluster keeps its data: CRONBASE_DATA_DIR, else a folder of this
+    project's own in the user data folder, so two projects on one machine never share a
+    database (nor take each other's jobs)."""
     explicit = os.environ.get("CRONBASE_DATA_DIR")
     if explicit:
         return Path(explicit).expanduser().resolve()
     import platformdirs
 
+    root = project_root(start)
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-") or "project"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        return Path(platformdirs.user_data_dir("cronbase")) / "pgdata"
+        base = Path(platformdirs.user_data_dir("cronbase"))
+    return base / "projects" / f"{slug}-{digest}" / "pgdata"
 
 
 def start(pgdata: Path | None = None, *, cleanup: str | None = "stop") -> str:
@@ -54,7 +75,7 @@ def start(pgdata: Path | None = None, *, cleanup: str | None = "stop") -> str:
         url = str(server.get_uri())
         logger.info(
             "no database configured (CRONBASE_DATABASE_URL, DATABASE_URL): using the embedded "
-            "PostgreSQL in %s",
+            "PostgreSQL of this project in %s (CRONBASE_DATA_DIR to choose another)",
             pgdata,
         )
         _urls[pgdata] = url

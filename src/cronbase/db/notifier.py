@@ -17,6 +17,11 @@ from psycopg import sql
 
 logger = logging.getLogger("cronbase")
 
+# The longest pause between reconnects: after a restart the listener is back within about this
+# long, and wakes its worker to claim what was enqueued meanwhile.
+RETRY_FIRST = 0.1
+RETRY_MAX = 1.0
+
 
 def channel_name(schema: str) -> str:
     return f"{schema}_jobs"
@@ -42,14 +47,15 @@ class Notifier:
 
     async def run(self) -> None:
         """Listen until cancelled; any failure leads to a new connection after a pause."""
-        delay = 0.1
+        delay = RETRY_FIRST
         while True:
             try:
                 conn = await self._connect()
             except Exception as exc:
-                logger.warning("listen connection failed (%s); retrying in %.1fs", exc, delay)
+                if delay == RETRY_FIRST:  # once per outage, not once a second
+                    logger.warning("listen connection failed (%s); retrying until it works", exc)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, RETRY_MAX)
                 continue
             try:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
@@ -60,7 +66,7 @@ class Notifier:
                     # Anything enqueued while we were away sent its notification to nobody.
                     self._on_reconnect()
                 self.listening.set()
-                delay = 0.1
+                delay = RETRY_FIRST
                 async for notification in conn.notifies():
                     self._on_notify(notification.payload)
             except Exception as exc:
@@ -74,4 +80,4 @@ class Notifier:
             # A connection that keeps dying at once (server restarting) is not retried in a
             # tight loop.
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, RETRY_MAX)

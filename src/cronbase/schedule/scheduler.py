@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from ..client import JobOptions, build_insert, encode_payload
 from ..job import Payload
+from ..limits import check_key, check_name
 from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, ScheduleError
 
@@ -70,10 +71,12 @@ class ScheduleSpec:
             )
         if max_catch_up < 1:
             raise ScheduleError(f"max_catch_up must be at least 1, got {max_catch_up}")
-        if queue is not None and not queue:
-            raise ScheduleError("queue name must not be empty (None: the task's own queue)")
-        if key is not None and not key.strip():
-            raise ScheduleError("schedule key must not be empty")
+        if queue is not None:
+            check_name("queue", queue)
+        if key is not None:
+            if not key.strip():
+                raise ScheduleError("schedule key must not be empty")
+            check_key("schedule key", key)
         payload = dict(payload or {})
         if SCHEDULED_AT in payload:
             raise ScheduleError(
@@ -272,7 +275,7 @@ class Scheduler:
                 idempotency_key=slot_key(schedule.key, slot),
             )
             payload = scheduled_payload(schedule.payload, slot)
-            query, params = build_insert(q, task.name, opts, payload)
+            query, params = build_insert(q, task.name, opts, payload, self.db.max_payload_bytes)
             row = await (await conn.execute(query, params)).fetchone()
             # No row: a concurrent insert of the same slot committed after our snapshot; that
             # job is the slot's job, and the conflict is absorbed.

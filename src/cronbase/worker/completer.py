@@ -200,12 +200,27 @@ class Completer:
                 written_ids = (await claim_jobs(conn, self._queries, params)).written_ids
             self._report(batch, dict.fromkeys(written_ids, "succeeded"))
             return
+        released = [o for o in batch if o.outcome == "released"]
+        finished = [o for o in batch if o.outcome != "released"] if released else batch
+        written: dict[int, str] = {}
         async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                self._queries.finish_jobs, finish_params(batch, self._worker_id)
-            )
-            rows = await cur.fetchall()
-        self._report(batch, {row[0]: row[1] for row in rows})
+            if finished:
+                params = finish_params(finished, self._worker_id)
+                cur = await conn.execute(self._queries.finish_jobs, params)
+                written.update({row[0]: row[1] for row in await cur.fetchall()})
+            if released:
+                cur = await conn.execute(self._queries.release_jobs, self._release(released))
+                written.update(dict.fromkeys((row[0] for row in await cur.fetchall()), "queued"))
+        self._report(batch, written)
+
+    def _release(self, released: list[Outcome]) -> dict[str, Any]:
+        return {
+            "ids": [o.job.id for o in released],
+            "tokens": [o.job.lease_token for o in released],
+            "worker": self._worker_id,
+            "channel": self._queries.channel,
+            "reason": "the database connection was lost under the handler's transaction()",
+        }
 
     def _report(self, batch: list[Outcome], written: dict[int, str]) -> None:
         """Count, log and feed metrics for what was written; warn about what was fenced out."""
@@ -227,6 +242,15 @@ class Completer:
                         o.duration,
                         extra=event_fields(o, "succeeded"),
                     )
+            elif status == "queued":
+                logger.warning(
+                    "job %d attempt %d (%s) handed back, not counted: %s",
+                    o.job.id,
+                    o.job.attempt,
+                    o.job.task,
+                    o.error,
+                    extra=event_fields(o, "released"),
+                )
             elif status is None:
                 self.fenced_out += 1
                 logger.warning(

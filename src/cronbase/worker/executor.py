@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
-from ..errors import PayloadError, UnknownTaskError
+from ..errors import DatabaseUnavailableError, LeaseLostError, PayloadError, UnknownTaskError
 from ..task import find_task
 from .claim import ClaimedJob, Undecodable
 
@@ -33,13 +33,14 @@ class Outcome:
     """What one attempt came to; fed to finish_jobs in batches."""
 
     job: ClaimedJob
-    outcome: str  # 'succeeded' | 'failed' | 'dead'
+    outcome: str  # 'succeeded' | 'failed' | 'dead' | 'released' | 'lost'
     retry_in: float = 0.0
     error: str | None = None
     error_type: str | None = None
     traceback: str | None = None
     duration: float = 0.0
-    # Already in the database: the handler's transaction() committed the success itself.
+    # Nothing for the completer to write: the handler's transaction() committed the success
+    # itself, or the attempt lost its lease ('lost').
     written: bool = False
 
 
@@ -141,6 +142,16 @@ async def execute(
                 exc,
             )
             return Outcome(job=job, outcome="succeeded", written=True)
+        if isinstance(exc, DatabaseUnavailableError):
+            # The database went away under the handler (a restart, a failover): not the
+            # handler's fault, so the attempt is handed back and not counted.
+            logger.warning("%s", exc)
+            return Outcome(job=job, outcome="released", error=_trim(str(exc), ERROR_LIMIT))
+        if isinstance(exc, LeaseLostError):
+            # Another attempt may own the job: this one ends with nothing recorded (the fence
+            # would refuse the write anyway).
+            logger.warning("%s", exc)
+            return Outcome(job=job, outcome="lost", written=True)
         return failure(
             job,
             exc,

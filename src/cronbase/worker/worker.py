@@ -2,17 +2,22 @@
 
 In order, :meth:`Worker.run`:
 
-1. opens a small async pool, checks the schema version, registers the worker, and starts three
-   helpers: the Notifier (LISTEN, wakes the loop when jobs are enqueued), the Heartbeater
+1. checks the schema version and opens a small async pool (``health.connect_when_ready``: a
+   long-running worker waits for an unreachable database, a burst one fails at once), registers
+   the worker with its tasks, and starts its helpers: the Notifier (LISTEN, wakes the loop when
+   jobs are enqueued; none through a transaction pooler without a listen URL), the Heartbeater
    (renews the leases of running jobs, ``heartbeat.py``) and the Completer (writes outcomes in
    batches, ``completer.py``); and, unless disabled, the Scheduler (turns due schedule slots into
-   jobs, ``schedule/scheduler.py``);
+   jobs, ``schedule/scheduler.py``) and the pruner (``maintenance.py``);
 2. loops: every ``reap_interval`` make jobs with expired leases claimable again; claim as many due
-   jobs as there are free slots, in one statement that also writes the successes waiting in the
-   Completer (``claim_jobs`` in ``db/sql/jobs.sql``); start
-   each in its own asyncio task (``executor.py``: sync handlers go to a bounded thread pool); then
-   sleep until a notification, a finished job, the poll interval or the next reap. A lost
-   database connection pauses the loop; it does not end it;
+   jobs of its registered tasks as there are free slots, in one statement that also writes the
+   successes waiting in the Completer (``claim.py`` owns it; ``claim_jobs`` in
+   ``db/sql/jobs.sql``); a claimed row that cannot be decoded becomes that job's own dead
+   outcome; start each job in its own asyncio task (``executor.py``: sync handlers go to a bounded
+   thread pool); then sleep until a notification, a finished job, the poll interval or the next
+   reap. Any error pauses the loop (logged once per run of failures); it does not end it, unless
+   it is fatal (schema gone, permission denied) and lasts ``fatal_after``: then the worker hands
+   back its jobs and raises :class:`~cronbase.WorkerFatalError`;
 3. on SIGTERM/SIGINT (or :meth:`Worker.stop`) stops claiming, lets running jobs finish within the
    grace period, hands back what is still running (queued again, attempt not counted), writes
    pending outcomes, unregisters and closes. A second signal exits the process at once.
@@ -38,6 +43,7 @@ from prometheus_client import Counter, start_http_server
 
 from ..db.notifier import Notifier
 from ..errors import ConfigurationError, WorkerFatalError
+from ..limits import check_name
 from ..maintenance import Retention, run_retention
 from ..metrics import WorkerMetrics
 from ..schedule.scheduler import Scheduler
@@ -110,6 +116,8 @@ class Worker:
             raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
         if queues is not None and not queues:
             raise ConfigurationError("queues must name at least one queue (or be None for all)")
+        for queue in queues or []:
+            check_name("queue", queue)
         self.db = db
         self.tasks = tasks
         self.periodic = periodic or {}
@@ -452,6 +460,9 @@ class Worker:
             job.task,
         )
         self._lost.add(job)
+        context = job.__dict__.get("context")
+        if context is not None:
+            context.lease_lost = True  # no effect and no transaction() may start now
         # An async handler can be stopped; a sync one runs on in its thread, fenced out, and
         # keeps its slot until it returns.
         task = self.tasks.get(job.task)
@@ -495,6 +506,7 @@ class Worker:
                             "tokens": [j.lease_token for j in jobs],
                             "worker": self.id,
                             "channel": self.db.channel,
+                            "reason": "worker shut down before it finished",
                         },
                     )
             except Exception as exc:  # the database may be what failed

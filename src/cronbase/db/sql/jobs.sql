@@ -254,7 +254,8 @@ WITH beat AS (
 SELECT id, lease_token FROM renewed;
 
 -- name: release_jobs
--- Hand back attempts a stopping worker did not finish: queued again, now, attempt not counted.
+-- Hand back attempts not finished (a stopping worker; the database lost under a transaction()):
+-- queued again, now, attempt not counted; %(reason)s goes into the history row.
 WITH released AS (
     UPDATE {schema}.jobs j
     SET status = 'queued', attempts = j.attempts - 1, run_at = now(),
@@ -264,7 +265,7 @@ WITH released AS (
     RETURNING j.id, j.queue, j.attempts, j.started_at
 ), history AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, outcome, error)
-    SELECT id, attempts + 1, %(worker)s, started_at, 'released', 'worker shut down before it finished'
+    SELECT id, attempts + 1, %(worker)s, started_at, 'released', %(reason)s
     FROM released
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) q
@@ -301,6 +302,11 @@ WITH expired AS MATERIALIZED (
     FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'failed') q
 )
 SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
+
+-- name: holds_lease
+-- Whether this attempt still holds its job's lease (one primary-key probe): an effect or a
+-- transaction() must not start for an attempt whose job another attempt may own by now.
+SELECT EXISTS (SELECT FROM {schema}.jobs WHERE id = %(id)s AND lease_token = %(token)s) AS held;
 
 -- name: get_job
 -- One job by id.

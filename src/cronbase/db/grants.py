@@ -1,0 +1,174 @@
+"""Least privilege: the GRANT statements an application role needs on a cronbase schema (to run
+workers, enqueue, tick schedules, prune and serve the dashboard) while another role owns the
+schema and migrates it. ``cronbase grants ROLE [--apply]`` prints or runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+
+from ..errors import ConfigurationError, InvalidNameError, MigrationError
+from . import migrate
+
+Privilege = Literal["SELECT", "INSERT", "UPDATE", "DELETE"]
+
+# Per table, exactly the privileges the statements of db/sql/*.sql (and migrate.require_current)
+# need, read from them; tests/e2e/test_least_privilege.py checks each one is needed and that
+# together they suffice, statement by statement. PostgreSQL rules behind the choices: an UPDATE
+# or DELETE with a WHERE, and any RETURNING, also reads (SELECT); SELECT ... FOR UPDATE needs
+# UPDATE; INSERT ... ON CONFLICT DO UPDATE needs UPDATE; a foreign key's ON DELETE CASCADE runs
+# with the referencing table owner's rights, not the deleting role's.
+TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
+    {
+        # SELECT: migrate.require_current, which a worker runs at start (the schema version).
+        # Never written by this role: `cronbase migrate` is the owner's.
+        "migrations": ("SELECT",),
+        # SELECT: get_job, list_jobs, search_jobs, holds_lease, count_jobs_by_status,
+        #   list_job_attempts, queue_overview, throughput_by_minute, list_long_running,
+        #   list_queues, list_unserved_jobs, and the WHERE and RETURNING of the writes below.
+        # INSERT: insert_job, insert_job_unique, upsert_job_replace, insert_jobs (enqueue).
+        # UPDATE: claim_jobs, claim_jobs_in_queues, finish_jobs, heartbeat_jobs, release_jobs,
+        #   reap_expired_jobs, retry_job, cancel_job, requeue_dead_jobs; upsert_job_replace (ON
+        #   CONFLICT DO UPDATE); the FOR UPDATE of the claim, reaper and prune statements.
+        # DELETE: prune_jobs, prune_jobs_exclusive (retention).
+        "jobs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # SELECT: list_job_attempts, throughput_by_minute.
+        # INSERT: the history rows of finish_jobs, release_jobs, reap_expired_jobs, retry_job,
+        #   cancel_job.
+        # No UPDATE (rows are never updated) and no DELETE: pruning a job deletes its rows by the
+        # foreign key's cascade, as the owner.
+        "job_attempts": ("SELECT", "INSERT"),
+        # SELECT: list_workers, list_unserved_jobs, the WHERE of the writes below.
+        # INSERT: register_worker. UPDATE: register_worker (ON CONFLICT DO UPDATE),
+        #   heartbeat_jobs (last_seen_at). DELETE: unregister_worker (a clean stop).
+        "workers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # SELECT: list_schedules, get_schedule, lock_due_schedules, RETURNING of the writes.
+        # INSERT: upsert_schedule. UPDATE: upsert_schedule (ON CONFLICT DO UPDATE),
+        #   pause_schedule, resume_schedule, advance_schedule, lock_due_schedules (FOR UPDATE).
+        # DELETE: remove_schedule.
+        "schedules": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # SELECT: enter_effect, get_effect, list_effects, RETURNING of the writes.
+        # INSERT: enter_effect. UPDATE: take_over_effect, reconcile_effect, finish_effect.
+        # DELETE: forget_effect.
+        "effects": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # SELECT: list_queues, queue_overview, claim_jobs and claim_jobs_in_queues (paused
+        #   queues are skipped), RETURNING of the writes.
+        # INSERT: pause_queue. UPDATE: pause_queue (ON CONFLICT DO UPDATE), resume_queue.
+        # No DELETE: a queue's row stays once it was paused.
+        "queues": ("SELECT", "INSERT", "UPDATE"),
+        # SELECT: list_audit, insert_audit's RETURNING. INSERT: insert_audit.
+        # No UPDATE, no DELETE: the log is append-only, and this role cannot rewrite it.
+        "audit_log": ("SELECT", "INSERT"),
+    }
+)
+# Not granted, on purpose:
+# - sequences: jobs, job_attempts and audit_log ids are identity columns, whose sequences an
+#   INSERT advances without any privilege on them (the test checks no other sequence exists);
+# - functions: the statements call only built-ins (pg_notify, gen_random_uuid, now,
+#   pg_try_advisory_xact_lock...), which PUBLIC may execute; the schema's one function went in
+#   migration 0007 (the test checks the schema has none);
+# - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;
+# - ALTER DEFAULT PRIVILEGES: a migration that adds a table is followed by an explicit
+#   `cronbase grants ROLE --apply` (it is idempotent).
+
+# PostgreSQL reads these names, even quoted, as PUBLIC (every role) and as "no role".
+_RESERVED_ROLE_NAMES = ("public", "none")
+# The server truncates longer identifiers (NAMEDATALEN - 1): a grant could reach another role.
+_MAX_NAME_BYTES = 63
+
+
+def check_role_name(role: str) -> str:
+    """The role name, or InvalidNameError when no GRANT should name it."""
+    if not role or role.isspace():
+        raise InvalidNameError("role name is empty; give the application role, e.g. app")
+    if role in _RESERVED_ROLE_NAMES:
+        raise InvalidNameError(
+            f"role name {role!r} is reserved by PostgreSQL (it would grant to every role or "
+            "none); give the application role, e.g. app"
+        )
+    if len(role.encode()) > _MAX_NAME_BYTES:
+        raise InvalidNameError(
+            f"role name {role!r} is longer than {_MAX_NAME_BYTES} bytes, the longest "
+            "PostgreSQL keeps"
+        )
+    return role
+
+
+def grant_statements(schema: str, role: str) -> list[sql.Composed]:
+    """The statements, in order: USAGE on the schema, then each table's privileges.
+
+    >>> [s.as_string(None) for s in grant_statements("cronbase", "app")][:2]
+    ['GRANT USAGE ON SCHEMA "cronbase" TO "app"', 'GRANT SELECT ON TABLE "cronbase"."migrations" TO "app"']
+    """
+    grantee = sql.Identifier(check_role_name(role))
+    statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), grantee)]
+    for table, privileges in TABLE_PRIVILEGES.items():
+        statements.append(
+            sql.SQL("GRANT {} ON TABLE {} TO {}").format(
+                sql.SQL(", ").join(sql.SQL(privilege) for privilege in privileges),
+                sql.Identifier(schema, table),
+                grantee,
+            )
+        )
+    return statements
+
+
+def render_grants(schema: str, role: str) -> list[str]:
+    """The statements as SQL text, one per line, each ending with ``;`` (ready for psql)."""
+    return [f"{statement.as_string(None)};" for statement in grant_statements(schema, role)]
+
+
+def require_role(conn: psycopg.Connection[Any], role: str) -> None:
+    """ConfigurationError naming ``role`` when no such role exists on the server."""
+    check_role_name(role)
+    if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", [role]).fetchone() is None:
+        raise ConfigurationError(
+            f"role {role!r} does not exist; create it first "
+            f"(CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD '...')"
+        )
+
+
+def require_owner(conn: psycopg.Connection[Any], schema: str) -> None:
+    """ConfigurationError naming the owner unless this connection's role may act as the owner of
+    the schema and its tables (their owner, a member of it, or a superuser).
+
+    Only an owner's GRANT works: another role's gives nothing and PostgreSQL only warns.
+    """
+    row = conn.execute(
+        "SELECT current_user::text, n.nspowner::regrole::text,"
+        " pg_has_role(current_user, n.nspowner, 'USAGE')"
+        " AND COALESCE(bool_and(pg_has_role(current_user, c.relowner, 'USAGE')), true)"
+        " FROM pg_namespace n"
+        " LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = ANY (%(tables)s)"
+        " WHERE n.nspname = %(schema)s GROUP BY n.nspowner",
+        {"schema": schema, "tables": list(TABLE_PRIVILEGES)},
+    ).fetchone()
+    if row is None:
+        raise MigrationError(f"schema {schema!r} does not exist: run `cronbase migrate` first")
+    current, owner, is_owner = row
+    if not is_owner:
+        raise ConfigurationError(
+            f"role {current!r} cannot grant on schema {schema!r}: only its owner can "
+            f"(PostgreSQL would only warn); run `cronbase grants` with the database URL of "
+            f"the schema's owner, {owner!r}"
+        )
+
+
+def apply_grants(conn: psycopg.Connection[Any], schema: str, role: str) -> list[str]:
+    """Run the grants on ``conn``, the schema owner's, in one transaction; returns them as SQL
+    text. The role must exist and the schema be migrated (to this code's version) first.
+    Idempotent: run it again after an upgrade's migrations.
+    """
+    statements = grant_statements(schema, role)
+    require_role(conn, role)
+    require_owner(conn, schema)
+    migrate.require_current(conn, schema)
+    with conn.transaction():
+        for statement in statements:
+            conn.execute(statement)
+    return [f"{statement.as_string(None)};" for statement in statements]

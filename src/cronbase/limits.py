@@ -1,0 +1,53 @@
+"""What cronbase accepts as a queue or task name, a key, and a payload: checked where a value
+comes in (defer, registration, the CLI), so a bad one gets a one-line error naming it instead of
+a database error, or a job no worker can serve.
+
+Names: 1 to 100 characters of letters, digits, ``_ - . :``, starting with a letter, a digit or
+``_`` (``emails``, ``billing.send_invoice``, ``tenant-7:reports``). Keys (idempotency, dedupe,
+effect, schedule): any text but NUL, up to 1,000 characters. Payloads: at most
+``max_payload_bytes`` of JSON (default 1 MiB; ``App(max_payload_bytes=...)``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidNameError
+
+MAX_NAME_LENGTH = 100
+MAX_KEY_LENGTH = 1000
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]*")
+_SHOWN = 60  # characters of a bad value a message shows
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def check_name(kind: str, value: object) -> str:
+    """``value`` if it is a valid queue or task name; InvalidNameError naming it otherwise."""
+    if not isinstance(value, str):
+        raise InvalidNameError(f"{kind} name must be a string, got {_shown(value)}")
+    if not value or len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value):
+        raise InvalidNameError(
+            f"invalid {kind} name {_shown(value)}: use 1 to {MAX_NAME_LENGTH} letters, digits "
+            "and _ - . : (starting with a letter, a digit or _)"
+        )
+    return value
+
+
+def check_key(kind: str, value: object) -> str:
+    """``value`` if it can be stored as a key (no NUL, not empty, not too long)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidNameError(f"{kind} must be a non-empty string, got {_shown(value)}")
+    if "\x00" in value:
+        raise InvalidNameError(
+            f"{kind} {_shown(value)} contains a NUL character (\\x00), which PostgreSQL cannot store"
+        )
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidNameError(
+            f"{kind} is {len(value)} characters long, more than {MAX_KEY_LENGTH}: {_shown(value)}"
+        )
+    return value

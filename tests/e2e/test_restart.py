@@ -1,0 +1,182 @@
+"""PostgreSQL restarted or not there yet: workers wait and resume, producers recover, no attempt
+is burnt and no job lost. Each test has a cluster of its own (tests/servers.py)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import cronbase
+from tests.conftest import wait_for
+from tests.e2e.harness import WorkerProcesses, is_registered, reset_test_tables
+from tests.e2e.restart_app import make_app
+from tests.servers import PostgresCluster
+from tests.servers import make_cluster as make_cluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+MODULE = "tests.e2e.restart_app"
+JOBS = 2000
+
+
+def migrated(cluster: PostgresCluster) -> str:
+    url = cluster.create_database("app")
+    cronbase.App(url).migrate()
+    with psycopg.connect(url, autocommit=True) as conn:
+        reset_test_tables(conn)
+    return url
+
+
+def scalar(url: str, query: str) -> Any:
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_worker_started_before_the_database_waits_for_it(
+    make_cluster: Callable[[], PostgresCluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster()
+    url = migrated(cluster)
+    cluster.stop()
+    with WorkerProcesses(url, tmp_path, module=MODULE) as workers:
+        # A burst worker (cron) fails fast, naming the database.
+        burst = workers.start("burst", "--burst")
+        assert burst.wait_exit(timeout=60) != 0
+        assert "cannot connect to database" in burst.log()
+        # A long-running one waits, saying so once, and starts when the database does.
+        waiting = workers.start("W")
+        waiting.wait_for_log("connecting to the database failed", timeout=60)
+        cluster.start()
+        with psycopg.connect(url, autocommit=True) as conn:
+            wait_for(partial(is_registered, conn, "W"), timeout=60, what="the worker to start")
+        app = make_app(url)
+        job_id = app.get_task("record_in_transaction").defer(n=1)
+        wait_for(
+            lambda: app.jobs.get(job_id).status == cronbase.JobStatus.SUCCEEDED,
+            timeout=30,
+            what="the job to run",
+        )
+        app.close()
+        waiting.send(signal.SIGTERM)
+        assert waiting.wait_exit(timeout=60) == 0
+        assert waiting.log().count("connecting to the database failed") == 1
+
+
+class Producer(threading.Thread):
+    """Defers a job every few milliseconds; records which calls failed and when they began."""
+
+    def __init__(self, app: cronbase.App) -> None:
+        super().__init__(daemon=True)
+        self.task = app.get_task("record_in_transaction")
+        self.stop = threading.Event()
+        self.acknowledged: list[int] = []
+        self.failures: list[tuple[float, str]] = []
+
+    def run(self) -> None:
+        n = 1_000_000
+        while not self.stop.is_set():
+            began = time.monotonic()
+            try:
+                self.acknowledged.append(self.task.defer(n=n))
+            except (cronbase.CronbaseError, psycopg.Error) as exc:
+                self.failures.append((began, str(exc).splitlines()[0]))
+            n += 1
+            self.stop.wait(0.01)
+
+
+def test_two_immediate_restarts_mid_drain_lose_nothing_and_burn_no_attempt(
+    make_cluster: Callable[[], PostgresCluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster()
+    url = migrated(cluster)
+    app = make_app(url)
+    with WorkerProcesses(url, tmp_path, module=MODULE) as workers:
+        names = ("A", "B")
+        processes = [workers.start(name, "--concurrency", "8") for name in names]
+        with psycopg.connect(url, autocommit=True) as conn:
+            for name in names:
+                wait_for(partial(is_registered, conn, name), timeout=60, what=f"worker {name}")
+        ids = app.get_task("record_in_transaction").defer_many([{"n": n} for n in range(JOBS)])
+        producer = Producer(app)
+        producer.start()
+        restarting: list[float] = []
+        recovered: list[float] = []
+        for round_ in (1, 2):
+            done = scalar(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+            wait_for(
+                lambda done=done: (
+                    scalar(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                    >= done + 300
+                ),
+                timeout=120,
+                what=f"jobs to run before restart {round_}",
+            )
+            restarting.append(time.monotonic())
+            cluster.restart("immediate")  # returns once the server accepts connections
+            recovered.append(time.monotonic())
+            # A job enqueued right after the restart: how long until it starts.
+            first = app.get_task("record_in_transaction").defer(n=-round_)
+            enqueued = time.monotonic()
+            wait_for(
+                lambda first=first: app.jobs.get(first).status == cronbase.JobStatus.SUCCEEDED,
+                timeout=60,
+                what="the job enqueued after the restart",
+            )
+            print(
+                f"restart {round_}: job enqueued after it ran in {time.monotonic() - enqueued:.2f}s"
+            )
+        producer.stop.set()
+        producer.join(30)
+        everything = [*ids, *producer.acknowledged]
+        wait_for(
+            lambda: (
+                scalar(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                >= len(everything) + 2
+            ),
+            timeout=120,
+            what="every acknowledged job to succeed",
+        )
+        with psycopg.connect(url, autocommit=True) as conn:
+            statuses = dict(
+                conn.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY 1").fetchall()
+            )
+            executions = conn.execute("SELECT job_id FROM test_executions").fetchall()
+            burnt = conn.execute(
+                "SELECT count(*) FROM cronbase.jobs WHERE attempts <> 1"
+            ).fetchone()
+            released = conn.execute(
+                "SELECT count(*) FROM cronbase.job_attempts WHERE outcome = 'released'"
+            ).fetchone()
+        print(
+            f"restarts: 2; acknowledged {len(everything) + 2}; producer failures "
+            f"{len(producer.failures)} (after recovery: "
+            f"{sum(1 for began, _ in producer.failures if began > recovered[0] + 0.5)}); "
+            f"attempts handed back {released[0] if released else 0}; attempts burnt "
+            f"{burnt[0] if burnt else '?'}"
+        )
+        # Nothing lost, nothing twice: each job's transaction() committed exactly once.
+        assert statuses == {"succeeded": len(everything) + 2}, statuses
+        assert len(executions) == len(everything) + 2
+        assert len({job_id for (job_id,) in executions}) == len(executions)
+        # No attempt burnt by the restarts: a job whose transaction() lost its connection was
+        # handed back, not failed.
+        assert burnt == (0,)
+        # A producer call that began once the server was back (and the pools had a moment to
+        # see it) did not fail.
+        windows = list(zip(recovered, [*restarting[1:], float("inf")], strict=True))
+        late = [f for began, f in producer.failures for r, end in windows if r + 0.5 < began < end]
+        assert late == [], late
+        for process in processes:
+            process.send(signal.SIGTERM)
+        assert [p.wait_exit(timeout=60) for p in processes] == [0, 0]
+    app.close()
