@@ -4,7 +4,10 @@ poll instead of LISTEN unless a listen URL is given) and session mode."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -12,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -207,4 +211,69 @@ def test_schedules_pruning_and_effects_through_transaction_mode(
     with app.effects.once("charge:1") as again:
         assert again.done
     assert app.effects.get("charge:1").result == {"charge": "ch_1"}
+    app.close()
+
+
+def test_the_command_takes_the_pooler_and_refuses_to_migrate_through_it(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str],
+) -> None:
+    _, transaction, _, direct = stack
+    url = transaction.url("app")
+    refused = cronbase_cli(url, "--pooler", "transaction", "migrate")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "error: cannot migrate through a transaction pooler (the migration lock is held for the "
+        "session); run `cronbase migrate` with a direct or session-mode URL "
+        "(--database-url postgresql://...@db-host:5432/...)"
+    ]
+    # Everything else works through it; the listen URL goes direct.
+    enqueued = cronbase_cli(
+        url, "--pooler", "transaction", "--listen-url", direct, "stats", "--json"
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
+    bad = cronbase_cli(url, "--pooler", "statement", "stats")
+    assert bad.returncode == 2
+    assert "'statement' is not one of 'session', 'transaction'" in bad.stderr
+
+
+def cronbase_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRONBASE_", "DATABASE_URL"))}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("cronbase")), "--database-url", url, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_dashboard_through_transaction_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str],
+) -> None:
+    from cronbase.dashboard import create_app
+
+    _, transaction, _, _ = stack
+    app = cronbase.App(transaction.url("app"), pooler="transaction")
+
+    @app.task
+    def shown(n: int) -> None: ...
+
+    job_id = shown.defer(n=1)
+    web = create_app(app)
+
+    async def pages() -> list[tuple[str, int, str]]:
+        transport = httpx.ASGITransport(app=web, client=("127.0.0.1", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dashboard") as http:
+            found = []
+            # Each page more than psycopg's prepare threshold (5): no prepared statement.
+            for _ in range(6):
+                for path in ("/", "/jobs", f"/jobs/{job_id}", "/schedules", "/effects", "/audit"):
+                    response = await http.get(path)
+                    found.append((path, response.status_code, response.text))
+        await app.aclose()
+        return found
+
+    found = asyncio.run(pages())
+    assert {(path, status) for path, status, _ in found if status != 200} == set()
+    assert any(f"/jobs/{job_id}" == path and "shown" in text for path, _, text in found)
     app.close()

@@ -71,6 +71,17 @@ def schema_version(conn: psycopg.Connection, schema: str) -> int:
 
 def apply_migrations(conn: psycopg.Connection, schema: str) -> list[str]:
     """Apply every pending migration; returns the names applied (empty when up to date)."""
+    try:
+        return _apply(conn, schema)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # An application role (README: Least privilege) may use the schema, not change it.
+        raise MigrationError(
+            f"cannot migrate schema {schema!r}: {str(exc).strip().splitlines()[0]}; run "
+            "`cronbase migrate` as the role that owns the schema (or may create it)"
+        ) from None
+
+
+def _apply(conn: psycopg.Connection, schema: str) -> list[str]:
     conn.autocommit = True
     key = lock_key(schema)
     conn.execute("SELECT pg_advisory_lock(%s)", [key])
