@@ -33,8 +33,11 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+import psycopg
+
 from .context import running_job
-from .errors import CronbaseError, LeaseLostError
+from .db.pool import is_connection_loss
+from .errors import CronbaseError, DatabaseUnavailableError, LeaseLostError
 from .limits import check_key
 
 if TYPE_CHECKING:
@@ -147,6 +150,22 @@ def _params(key: str, stale_after: timedelta, owner: uuid.UUID) -> dict[str, Any
     }
 
 
+@contextmanager
+def _database_lost(key: str) -> Iterator[None]:
+    """A lost connection (a restart, a failover) becomes DatabaseUnavailableError: inside a job,
+    the attempt is handed back, not counted. The ledger row stays as it was: a processing row is
+    taken over once stale (asking reconcile), a done one stays done."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if not is_connection_loss(exc):
+            raise
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DatabaseUnavailableError(
+            f"effect {key!r}: the database connection was lost ({reason})"
+        ) from exc
+
+
 def _held(row: Mapping[str, Any] | None) -> bool:
     return bool(row and row["held"])
 
@@ -240,6 +259,12 @@ class Effects:
         return {"id": job.id, "token": job.lease_token}
 
     def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:
+        with _database_lost(key):
+            return self._enter_unguarded(key, stale_after, reconcile)
+
+    def _enter_unguarded(
+        self, key: str, stale_after: timedelta, reconcile: Reconcile | None
+    ) -> Effect:
         # An attempt whose lease is gone (a zombie) must not start an effect: another attempt
         # may be running the job, and the ledger alone would only make it wait or take over.
         fence = self._fence(key)
@@ -291,7 +316,9 @@ class Effects:
         self._finish(effect, None)
 
     def _finish(self, effect: Effect, error: BaseException | None) -> None:
-        if self.db.fetch_one(self.db.queries.finish_effect, _finish_params(effect, error)) is None:
+        with _database_lost(effect.key):
+            row = self.db.fetch_one(self.db.queries.finish_effect, _finish_params(effect, error))
+        if row is None:
             raise _lost(effect)
 
     def get(self, key: str) -> EffectRecord:
@@ -316,6 +343,12 @@ class Effects:
     # -- async -----------------------------------------------------------------------------------
 
     async def _enter_async(
+        self, key: str, stale_after: timedelta, reconcile: Reconcile | None
+    ) -> Effect:
+        with _database_lost(key):
+            return await self._enter_async_unguarded(key, stale_after, reconcile)
+
+    async def _enter_async_unguarded(
         self, key: str, stale_after: timedelta, reconcile: Reconcile | None
     ) -> Effect:
         fence = self._fence(key)
@@ -360,9 +393,10 @@ class Effects:
         await self._finish_async(effect, None)
 
     async def _finish_async(self, effect: Effect, error: BaseException | None) -> None:
-        row = await self.db.fetch_one_async(
-            self.db.queries.finish_effect, _finish_params(effect, error)
-        )
+        with _database_lost(effect.key):
+            row = await self.db.fetch_one_async(
+                self.db.queries.finish_effect, _finish_params(effect, error)
+            )
         if row is None:
             raise _lost(effect)
 

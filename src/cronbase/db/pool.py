@@ -143,6 +143,19 @@ async def connect_async(
         raise unreachable(url, exc) from None
 
 
+# SQLSTATEs of a connection the server ended: admin shutdown, crash shutdown, cannot connect now.
+_CONNECTION_ENDED = frozenset({"57P01", "57P02", "57P03"})
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection itself was lost (or none could be had), as a restart
+    or a failover does, rather than that a statement failed."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _CONNECTION_ENDED
+
+
 def _has_news(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether an idle connection has something to read: a healthy one has nothing, one the
     server dropped (restart, failover, idle timeout) has its goodbye or end of file."""
@@ -184,7 +197,32 @@ def _async_check(
     return check
 
 
-def _gave_up(pool: ConnectionPool | AsyncConnectionPool) -> None:
+def _waiting(pool: ConnectionPool | AsyncConnectionPool) -> int:
+    return pool.get_stats().get("requests_waiting", 0)
+
+
+def _gave_up(pool: ConnectionPool) -> None:
+    if _waiting(pool):
+        # Callers still wait (their timeout outlasts the reconnect's): try again now, or they
+        # wait out their whole timeout although the server may be back meanwhile (a replica
+        # promoted a few seconds after its primary died).
+        logger.warning(
+            "pool %s: cannot reach the database yet; retrying for waiting callers", pool.name
+        )
+        pool.check()  # with no connection left, it grows the pool: a new round of attempts
+        return
+    logger.warning(
+        "pool %s: cannot reach the database yet; the next request tries again", pool.name
+    )
+
+
+async def _async_gave_up(pool: AsyncConnectionPool) -> None:
+    if _waiting(pool):
+        logger.warning(
+            "pool %s: cannot reach the database yet; retrying for waiting callers", pool.name
+        )
+        await pool.check()
+        return
     logger.warning(
         "pool %s: cannot reach the database yet; the next request tries again", pool.name
     )
@@ -228,7 +266,7 @@ def new_async_pool(
         timeout=timeout,
         check=_async_check(holder),
         reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
-        reconnect_failed=_gave_up,
+        reconnect_failed=_async_gave_up,
     )
     holder.append(pool)
     return pool
