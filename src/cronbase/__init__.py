@@ -3,24 +3,27 @@
 from .app import App
 from .client import JobOptions
 from .context import JobContext, current_job
-from .effects import Effect, EffectError, EffectInProgress, EffectNotFoundError, EffectRecord
+from .effects import Effect, EffectRecord
 from .errors import (
     ConfigurationError,
     CronbaseError,
     DatabaseUnavailableError,
     DatabaseURLError,
+    EffectError,
+    EffectInProgress,
+    EffectNotFoundError,
     InvalidNameError,
     JobNotFoundError,
     JobStateError,
     LeaseLostError,
     MigrationError,
     PayloadError,
+    ScheduleError,
     UnknownTaskError,
     WorkerFatalError,
 )
 from .job import Job, JobAttempt, JobStatus
 from .retry import Backoff
-from .schedule.cron import ScheduleError
 from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
 from .worker import Worker

@@ -37,7 +37,13 @@ import psycopg
 
 from .context import running_job
 from .db.pool import is_connection_loss
-from .errors import CronbaseError, DatabaseUnavailableError, LeaseLostError
+from .errors import (
+    DatabaseUnavailableError,
+    EffectError,
+    EffectInProgress,
+    EffectNotFoundError,
+    LeaseLostError,
+)
 from .limits import check_key
 
 if TYPE_CHECKING:
@@ -52,20 +58,6 @@ MAX_RACES = 5
 
 Result = dict[str, Any]
 Reconcile = Callable[[str], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
-
-
-class EffectError(CronbaseError):
-    """An effect could not be entered or recorded."""
-
-
-class EffectInProgress(EffectError):
-    """Another live owner is performing this effect; try again later."""
-
-
-class EffectNotFoundError(EffectError):
-    def __init__(self, key: str) -> None:
-        super().__init__(f"no effect with key {key!r}")
-        self.key = key
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,24 @@ class JobStateError(CronbaseError):
     """The job is in a state that does not allow the action."""
 
 
+class ScheduleError(CronbaseError, ValueError):
+    """An invalid cron expression, time zone or schedule option."""
+
+
+class EffectError(CronbaseError):
+    """An effect could not be entered or recorded."""
+
+
+class EffectInProgress(EffectError):
+    """Another live owner is performing this effect; try again later."""
+
+
+class EffectNotFoundError(EffectError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no effect with key {key!r}")
+        self.key = key
+
+
 class MigrationError(CronbaseError):
     """The database schema is missing, newer than this code, or a migration failed."""
 

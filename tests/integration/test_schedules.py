@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.schedule.cron import Cron, ScheduleError
+from cronbase.errors import ScheduleError
+from cronbase.schedule.cron import Cron
 from cronbase.schedule.scheduler import Scheduler
 
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cronbase.schedule.cron import ALIASES, Cron, ScheduleError
+from cronbase.errors import ScheduleError
+from cronbase.schedule.cron import ALIASES, Cron
 
 MONTH_DAYS = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
 

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ScheduleError
 from ..job import Payload
 from ..task import find_task
-from .cron import Cron, ScheduleError
+from .cron import Cron
 from .scheduler import Schedule, ScheduleSpec, upsert_params
 
 if TYPE_CHECKING:

@@ -15,12 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ..errors import CronbaseError
-
-
-class ScheduleError(CronbaseError):
-    """An invalid cron expression, time zone or schedule option."""
-
+from ..errors import ScheduleError
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",

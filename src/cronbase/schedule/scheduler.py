@@ -20,10 +20,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..client import JobOptions, build_insert, encode_payload
+from ..errors import ScheduleError
 from ..job import Payload
 from ..limits import check_key, check_name
 from ..task import SCHEDULED_AT, find_task
-from .cron import Cron, ScheduleError
+from .cron import Cron
 
 if TYPE_CHECKING:
     from ..db.database import Database

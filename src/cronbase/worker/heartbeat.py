@@ -14,9 +14,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import psycopg
-
 from .claim import ClaimedJob
+from .health import FailureLog
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -67,6 +66,7 @@ class Heartbeater:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        failures = FailureLog("renewing leases")
         last_beat = loop.time()
         while True:
             self._changed.clear()
@@ -84,12 +84,12 @@ class Heartbeater:
             self._has_progress = False
             try:
                 await self.beat()
-            except psycopg.OperationalError as exc:
-                logger.warning("lease renewal failed (%s); retrying", str(exc).strip())
-            except Exception:
+                failures.succeeded()
+            except Exception as exc:
                 # Never let renewal stop for good: every lease held would expire and its job
-                # run a second time elsewhere while this worker still runs it.
-                logger.exception("lease renewal failed; retrying")
+                # run a second time elsewhere while this worker still runs it. Logged once per
+                # run of failures; the next beat is the retry.
+                failures.failed(exc)
             last_beat = loop.time()
 
     async def beat(self) -> None:
