@@ -118,3 +118,27 @@ def test_json_logs_carry_the_job_events(database_url: str, tmp_path: Path) -> No
     assert mine[1]["attempt"] == 1
     assert mine[1]["duration"] >= 0
     assert all({"time", "level", "logger", "message"} <= e.keys() for e in events)
+
+
+def test_stats_and_check_name_due_jobs_no_live_worker_registers(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    db.execute(
+        "INSERT INTO cronbase.jobs (task, queue, payload) VALUES ('renamed_task', 'mail', '{}')"
+    )
+    line = (
+        "1 due jobs of task 'renamed_task' (queue 'mail') wait for a worker: no live worker "
+        "registers that task"
+    )
+    assert line in ok(cronbase(database_url, "stats"))
+    unserved = json.loads(ok(cronbase(database_url, "stats", "--json")))["unserved"]
+    assert [(u["task"], u["queue"], u["waiting"]) for u in unserved] == [
+        ("renamed_task", "mail", 1)
+    ]
+    # Not old enough to trip --max-wait, but nothing will ever run it: check fails.
+    failing = cronbase(database_url, "check", "--max-wait", "1h")
+    assert failing.returncode == 1
+    assert f"check failed: {line}" in failing.stderr
+    assert (
+        ok(cronbase(database_url, "check", "--max-wait", "1h", "--queue", "other")).strip() == "ok"
+    )
