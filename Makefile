@@ -24,12 +24,24 @@ check: $(STAMP)
 prerequisites:
 	@sh scripts/prerequisites.sh
 
+# make chaos: the chaos tier (tests/chaos/__init__.py says what each scenario breaks and checks),
+# at full scale; CRONBASE_CHAOS_SCALE=0.1 make chaos runs CI's reduced scale. Its figures are
+# printed as a table at the end, whether it passed or not. `make test` skips tests/chaos.
+.PHONY: chaos
+
+chaos: prerequisites $(STAMP)
+	@summary=$$(mktemp -t cronbase-chaos.XXXXXX); \
+	CRONBASE_CHAOS=1 CRONBASE_CHAOS_SUMMARY=$$summary \
+		$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/chaos; \
+	status=$$?; echo; $(VENV)/bin/python -m tests.chaos.figures $$summary; \
+	rm -f $$summary; exit $$status
+
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-screenshots: $(STAMP)
+screenshots: prerequisites $(STAMP)
 	CRONBASE_SCREENSHOTS=docs/screenshots $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/browser/test_screenshots.py
 
 # make bench: the benchmark suite (bench/README.md) in its own bench/.venv, with pgqueuer and

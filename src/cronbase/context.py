@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -32,6 +33,7 @@ class JobContext:
     max_attempts: int
     payload: Payload
     lease_token: uuid.UUID | None = field(default=None, repr=False)
+    lease: timedelta | None = field(default=None, repr=False)
     worker_id: str | None = field(default=None, repr=False)
     _db: Database | None = field(default=None, repr=False)
     # Set once transaction() has committed the job's success with the handler's writes.
@@ -75,6 +77,8 @@ class JobContext:
         try:
             with db.pool().connection() as conn, conn.transaction():
                 yield conn
+                if self.lease is not None:
+                    conn.execute(db.queries.limit_idle_transaction, self._idle_limit())
                 rows = conn.execute(db.queries.finish_jobs, self._success()).fetchall()
                 self._check_finished(rows)
         except (psycopg.OperationalError, DatabaseURLError) as exc:
@@ -91,6 +95,8 @@ class JobContext:
             pool = await db.async_pool()
             async with pool.connection() as conn, conn.transaction():
                 yield conn
+                if self.lease is not None:
+                    await conn.execute(db.queries.limit_idle_transaction, self._idle_limit())
                 cur = await conn.execute(db.queries.finish_jobs, self._success())
                 self._check_finished(await cur.fetchall())
         except (psycopg.OperationalError, DatabaseURLError) as exc:
@@ -120,6 +126,10 @@ class JobContext:
                 f"{self.completed})"
             )
         return self._db
+
+    def _idle_limit(self) -> dict[str, Any]:
+        assert self.lease is not None
+        return {"milliseconds": str(max(1, int(self.lease.total_seconds() * 1000)))}
 
     def _success(self) -> dict[str, Any]:
         return {

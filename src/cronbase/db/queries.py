@@ -74,6 +74,7 @@ class Queries:
     heartbeat_jobs: bytes
     release_jobs: bytes
     reap_expired_jobs: bytes
+    limit_idle_transaction: bytes
     holds_lease: bytes
     get_job: bytes
     list_jobs: bytes

@@ -108,6 +108,7 @@ async def execute(
         max_attempts=job.max_attempts,
         payload=job.payload,
         lease_token=job.lease_token,
+        lease=job.lease,
         worker_id=worker_id,
         _db=db,
         _on_progress=on_progress,

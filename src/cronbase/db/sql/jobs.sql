@@ -303,6 +303,14 @@ WITH expired AS MATERIALIZED (
 )
 SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
 
+-- name: limit_idle_transaction
+-- In transaction(), just before finish_jobs: from then until COMMIT the job's row is locked, out
+-- of the reapers' reach (SKIP LOCKED). A worker frozen there (SIGSTOP, a VM pause, a partition)
+-- would hold its job past its lease; with this the server ends the session once it has idled a
+-- lease, rolling back: the job is reaped and runs elsewhere, the frozen attempt's COMMIT fails.
+-- Local to the transaction (so through a transaction pooler too).
+SELECT set_config('idle_in_transaction_session_timeout', %(milliseconds)s, true);
+
 -- name: holds_lease
 -- Whether this attempt still holds its job's lease (one primary-key probe): an effect or a
 -- transaction() must not start for an attempt whose job another attempt may own by now.
