@@ -346,3 +346,28 @@ def test_debug_shows_the_traceback(database_url: str, db: psycopg.Connection[Any
     assert result.stderr.strip().splitlines()[-1] == (
         "error: cannot import app 'nosuchpkg.jobs:app': No module named 'nosuchpkg'"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["enqueue", "record", "--payload", '{"n": 1}', "--queue", " "], "invalid queue name ' '"),
+        (
+            ["enqueue", "record", "--payload", '{"n": 1}', "--queue", "q" * 200],
+            "invalid queue name",
+        ),
+        (["queues", "pause", "emails; DROP TABLE jobs"], "invalid queue name 'emails; DROP"),
+        (["worker", "--burst", "--queue", "a b"], "invalid queue name 'a b'"),
+    ],
+)
+def test_hostile_queue_names_get_one_line_and_nothing_is_written(
+    database_url: str, db: psycopg.Connection[Any], args: list[str], shown: str
+) -> None:
+    result = cronbase(database_url, "--app", APP, *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    assert shown in lines[0], lines
+    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
