@@ -266,8 +266,9 @@ class Worker:
                 await self._loop()
             except Exception as exc:
                 # The worker ends here (a fatal error, or a burst worker's failure): what it
-                # holds goes back to the queue now, not when its leases run out.
-                logger.error("%s", str(exc).strip().splitlines()[0] if str(exc) else repr(exc))
+                # holds goes back to the queue now, not when its leases run out. The error is
+                # the caller's to report (the command prints its one line).
+                logger.debug("worker %s ends: %r", self.id, exc)
                 self._stopping = True
                 await self._shutdown(grace=0.0)
                 raise
