@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any, LiteralString
 
 import psycopg
@@ -107,25 +106,11 @@ class ChaosWorkers(WorkerProcesses):
     """WorkerProcesses whose logs, shown when a test fails, are cut to what matters: a drain of
     20,000 jobs logs every claim."""
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        for process in self.started:
-            if process.popen.poll() is None:
-                process.popen.kill()
-                process.popen.wait(30)
-        for log in self._logs:
-            log.close()
-        for process in self.started:
-            lines = process.log().splitlines()
-            notable = [line for line in lines if " WARNING " in line or " ERROR " in line]
-            print(
-                f"---- worker {process.name} (exit {process.popen.returncode}), {process.log_path}"
-            )
-            print("\n".join([*notable[-LOG_LINES:], "...", *lines[-5:]]))
+    def report(self, process: WorkerProcess) -> None:
+        lines = process.log().splitlines()
+        notable = [line for line in lines if " WARNING " in line or " ERROR " in line]
+        print(f"---- worker {process.name} (exit {process.popen.returncode}), {process.log_path}")
+        print("\n".join([*notable[-LOG_LINES:], "...", *lines[-5:]]))
 
 
 class Scenario:

@@ -162,8 +162,12 @@ class WorkerProcesses:
             log.close()
         # Shown by pytest when the test failed.
         for process in self.started:
-            print(f"---- worker {process.name} (exit {process.popen.returncode}) ----")
-            print(process.log())
+            self.report(process)
+
+    def report(self, process: WorkerProcess) -> None:
+        """Print what a test that failed should show of one worker's log: all of it."""
+        print(f"---- worker {process.name} (exit {process.popen.returncode}) ----")
+        print(process.log())
 
 
 # -- in-process workers --------------------------------------------------------------------------
