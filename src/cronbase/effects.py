@@ -10,14 +10,16 @@ effect means (``monthly_report:2026-10:ana@example.com``):
 - one that finds a fresh ``processing`` row of someone else's gets :class:`EffectInProgress`
   (inside a job: the job fails and retries later under its backoff);
 - one that finds ``failed``, or ``processing`` older than ``stale_after`` (its owner died, or
-  hangs), takes it over. Before taking over a stale one it asks ``reconcile(key)``, if given,
+  hangs), takes it over. Before taking over either it asks ``reconcile(key)``, if given,
   whether the effect did happen after all (the mail provider's log, the payment provider's
-  idempotency key); a result other than None marks it done without running it again.
+  idempotency key); a result other than None marks it done without running it again. (A block
+  that raised may have raised after the effect: its reply lost to a database restart, say.)
 
 Every write after the first is a compare-and-set on the owner's token, so two processes never
 both own an effect. What this gives, precisely: an effect inside ``once()`` runs at most once
-while its owner is alive and within ``stale_after``; after an owner dies mid-effect it runs again
-only if ``reconcile`` cannot tell (or is not given): at least once, with deduplication. Effects
+while its owner is alive and within ``stale_after``; after an owner dies or fails mid-effect it
+runs again only if ``reconcile`` cannot tell (or is not given): at least once, with
+deduplication. Effects
 on this same database can be exactly once with ``current_job().transaction()`` instead.
 """
 
@@ -221,7 +223,9 @@ def _entering(
         if row["status"] == "processing" and not row["stale"]:
             raise _busy(key, row, stale_after)
         previous = {**params, "previous_owner": row["owner"]}
-        if row["status"] == "processing" and can_reconcile:
+        # Failed or stale: ask reconcile first. A failed block does not prove the effect did not
+        # happen: the error may have come after it (a reply lost to a restart or a failover).
+        if can_reconcile:
             found = yield RECONCILE
             if found is not None:
                 result = _encode(key, found)

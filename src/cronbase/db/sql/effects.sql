@@ -29,12 +29,14 @@ WHERE key = %(key)s AND owner = %(previous_owner)s
 RETURNING *;
 
 -- name: reconcile_effect
--- The outside world says a stale effect did happen: done, with what it reported.
+-- The outside world says a failed or stale effect did happen: done, with what it reported. (A
+-- block that raised may have raised after the effect: a reply lost to a restart, say.)
 UPDATE {schema}.effects
 SET status = 'done', result = %(result)s::jsonb, reconciled = true, finished_at = now(),
     takeovers = takeovers + 1, updated_at = now()
-WHERE key = %(key)s AND owner = %(previous_owner)s AND status = 'processing'
-  AND started_at < now() - %(stale_after)s::interval
+WHERE key = %(key)s AND owner = %(previous_owner)s
+  AND (status = 'failed'
+       OR (status = 'processing' AND started_at < now() - %(stale_after)s::interval))
 RETURNING *;
 
 -- name: finish_effect
