@@ -14,6 +14,7 @@ import pytest
 
 import cronbase
 from tests.conftest import wait_for
+from tests.e2e.harness import eventually, running_worker
 
 POISON = {
     # Python's JSON decoder recurses per level: RecursionError.
@@ -197,3 +198,38 @@ def test_a_fatal_error_that_lasts_hands_back_the_jobs_and_ends_the_worker(
     assert "queues" in str(errors[0].__cause__)
     # Handed back at once (attempt not counted), not left running until the lease expires.
     assert job_state(db, job_id)[:2] == ("queued", 0)
+
+
+@pytest.mark.anyio
+async def test_jobs_claimed_by_a_lost_reply_are_handed_back_not_left_to_expire(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    ran: list[int] = []
+
+    @app.task
+    def work(n: int) -> None:
+        ran.append(n)
+
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)) as worker:
+        # What a claim whose reply a restart swallowed leaves behind: a job leased to this
+        # worker, under a token it never saw, for an hour.
+        row = db.execute(
+            "INSERT INTO cronbase.jobs (task, payload, status, attempts, locked_by, locked_until,"
+            " lease_token, started_at) VALUES ('work', '{\"n\": 7}', 'running', 1, %s,"
+            " now() + interval '1 hour', gen_random_uuid(), now()) RETURNING id",
+            [worker.id],
+        ).fetchone()
+        assert row is not None
+        # The worker's claim failed with its connection (as it does in a restart).
+        worker._may_hold_orphans = True
+        worker._wake.set()
+        await eventually(lambda: ran == [7], what="the orphaned job to run here, now")
+    job = app.jobs.get(row[0])
+    # Handed back (attempt not counted), then run: one attempt, not a lease expiry and a retry.
+    assert (job.status, job.attempts) == (cronbase.JobStatus.SUCCEEDED, 1)
+    attempts = app.jobs.attempts(row[0])
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "released"), (1, "succeeded")]
+    assert (
+        attempts[0].error
+        == "claimed by a statement whose reply was lost; handed back by its worker"
+    )

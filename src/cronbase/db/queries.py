@@ -73,6 +73,7 @@ class Queries:
     finish_jobs: bytes
     heartbeat_jobs: bytes
     release_jobs: bytes
+    release_orphaned_jobs: bytes
     reap_expired_jobs: bytes
     limit_idle_transaction: bytes
     holds_lease: bytes

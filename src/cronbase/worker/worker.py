@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, start_http_server
 
 from ..db.notifier import Notifier
+from ..db.pool import is_connection_loss
 from ..errors import ConfigurationError, WorkerFatalError
 from ..limits import check_name
 from ..maintenance import Retention, run_retention
@@ -148,6 +149,8 @@ class Worker:
         # Set when the loop should look for work again (notification, free slot, stop).
         self._wake = asyncio.Event()
         self._stopping = False
+        # Set when a claim failed with its connection: it may have committed unseen.
+        self._may_hold_orphans = False
         self._signals = 0
         # Keyed by the attempt (ClaimedJob compares by identity), not job id: an attempt whose
         # lease was lost may still be running in its thread when this worker claims the same job
@@ -302,6 +305,10 @@ class Worker:
                     next_reap = loop.time() + self.reap_interval
                 claimed = await self._claim_free_slots()
             except Exception as exc:
+                if is_connection_loss(exc):
+                    # The claim may have committed with its reply lost: after the next claim
+                    # that works, hand back whatever is leased to us that we do not know of.
+                    self._may_hold_orphans = True
                 # Whatever failed (the database restarting or failing over, a bug), running
                 # jobs carry on: the heartbeater and the completer retry their own writes. Only
                 # a fatal error (schema gone, permission denied) that lasts ends the worker; a
@@ -318,6 +325,8 @@ class Worker:
                 await self._sleep(pause)
                 continue
             failures.succeeded()
+            if self._may_hold_orphans:
+                await self._release_orphans()
             if self.burst and not claimed and not self._running:
                 return
             # Until a notification, a finished job or a stop request wakes us, or it is time to
@@ -469,6 +478,29 @@ class Worker:
         task = self.tasks.get(job.task)
         if task is not None and task.is_async:
             running.cancel()
+
+    async def _release_orphans(self) -> None:
+        assert self._pool is not None
+        assert self._completer is not None
+        held = [job.lease_token for job in self._running]
+        held += [o.job.lease_token for o in self._completer.pending_jobs]
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    self.db.queries.release_orphaned_jobs,
+                    {"worker": self.id, "tokens": held, "channel": self.db.channel},
+                )
+                released = [row[0] for row in await cur.fetchall()]
+        except Exception as exc:  # tried again after the next claim; the leases expire anyway
+            logger.warning("could not look for jobs claimed by a lost reply: %s", exc)
+            return
+        self._may_hold_orphans = False
+        if released:
+            logger.warning(
+                "handed back jobs %s: claimed by a statement whose reply was lost (attempt not "
+                "counted)",
+                ", ".join(map(str, released)),
+            )
 
     async def _reap(self) -> None:
         assert self._pool is not None

@@ -272,6 +272,29 @@ WITH released AS (
 )
 SELECT r.id FROM released r, (SELECT count(*) FROM notified) n;
 
+-- name: release_orphaned_jobs
+-- After a claim whose reply was lost (the connection dropped as it committed: a restart, a
+-- failover), this worker holds leases it does not know of. Hand back every running job leased to
+-- it whose token it does not hold, attempt not counted, rather than let those leases run out and
+-- count an attempt. Rare (only after such a failure); running rows come from
+-- jobs_running_lease_idx.
+WITH released AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', attempts = j.attempts - 1, run_at = now(),
+        locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
+    WHERE j.status = 'running' AND j.locked_by = %(worker)s
+      AND NOT (j.lease_token = ANY (%(tokens)s::uuid[]))
+    RETURNING j.id, j.queue, j.attempts, j.started_at
+), history AS (
+    INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, outcome, error)
+    SELECT id, attempts + 1, %(worker)s, started_at, 'released',
+           'claimed by a statement whose reply was lost; handed back by its worker'
+    FROM released
+), notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) q
+)
+SELECT r.id FROM released r, (SELECT count(*) FROM notified) n;
+
 -- name: reap_expired_jobs
 -- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead when their
 -- attempts are used up. SKIP LOCKED lets every worker run this without queueing behind another.
