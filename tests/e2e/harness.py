@@ -24,6 +24,7 @@ import pytest
 
 import cronbase
 from cronbase.db.queries import Queries
+from cronbase.maintenance import Retention, prune_once
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,6 +196,19 @@ async def running_worker(app: cronbase.App, **options: Any) -> AsyncIterator[cro
                 await run
         finally:
             await app.aclose()
+
+
+def retention_round(app: cronbase.App, retention: Retention) -> int | None:
+    """One worker's retention round (``prune_once``) on a pool of its own, closed after."""
+
+    async def run() -> int | None:
+        pool = await app.db.async_pool()
+        try:
+            return await prune_once(pool, app.db, retention)
+        finally:
+            await app.aclose()
+
+    return asyncio.run(run())
 
 
 async def eventually(predicate: Callable[[], Any], *, within: float = 30.0, what: str = "") -> Any:

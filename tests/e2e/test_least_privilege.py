@@ -30,9 +30,14 @@ from psycopg import sql
 from cronbase.db import migrate
 from cronbase.db.grants import TABLE_PRIVILEGES, apply_grants, render_grants
 from cronbase.db.queries import Queries
-from cronbase.maintenance import Retention, prune_once
+from cronbase.maintenance import Retention
 from tests.conftest import wait_for
-from tests.e2e.harness import WorkerProcesses, is_registered, reset_test_tables
+from tests.e2e.harness import (
+    WorkerProcesses,
+    is_registered,
+    reset_test_tables,
+    retention_round,
+)
 from tests.e2e.test_cli import CRONBASE, cli_env, ok
 from tests.e2e.worker_app import make_app
 from tests.servers import PostgresCluster, free_port
@@ -388,14 +393,7 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
         ).fetchone()
         assert finished == (len(ids) + 2,)  # the slot job and the cancelled one
 
-        async def prune() -> int | None:
-            pool = await app.db.async_pool()
-            try:
-                return await prune_once(pool, app.db, Retention(succeeded=timedelta(days=7)))
-            finally:
-                await app.aclose()
-
-        assert asyncio.run(prune()) == len(ids) + 2
+        assert retention_round(app, Retention(succeeded=timedelta(days=7))) == len(ids) + 2
         assert owner.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
         assert owner.execute("SELECT count(*) FROM cronbase.job_attempts").fetchone() == (0,)
         assert "pruned 0 jobs" in ok(cronbase(app_url, "prune", "--older-than", "7d"))

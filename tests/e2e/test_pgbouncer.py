@@ -20,9 +20,14 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.maintenance import Retention, prune_once
+from cronbase.maintenance import Retention
 from tests.conftest import wait_for
-from tests.e2e.harness import WorkerProcesses, is_registered, reset_test_tables
+from tests.e2e.harness import (
+    WorkerProcesses,
+    is_registered,
+    reset_test_tables,
+    retention_round,
+)
 from tests.e2e.worker_app import make_app
 from tests.servers import PgBouncer, PostgresCluster
 from tests.servers import make_cluster as make_cluster
@@ -196,14 +201,7 @@ def test_schedules_pruning_and_effects_through_transaction_mode(
             " now() - interval '30 days' FROM generate_series(1, 1500)"
         )
 
-    async def prune() -> int | None:
-        pool = await app.db.async_pool()
-        try:
-            return await prune_once(pool, app.db, Retention(succeeded=timedelta(days=7)))
-        finally:
-            await app.aclose()
-
-    assert asyncio.run(prune()) == 1500
+    assert retention_round(app, Retention(succeeded=timedelta(days=7))) == 1500
 
     with app.effects.once("charge:1") as effect:
         assert not effect.done

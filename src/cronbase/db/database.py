@@ -127,10 +127,6 @@ class Database:
             return self._listen_url
         return None if self.pooler == "transaction" else self.url
 
-    @property
-    def is_transaction_pooled(self) -> bool:
-        return self.pooler == "transaction"
-
     def options(self) -> dict[str, Any]:
         """psycopg options for every connection: through a transaction pooler, no prepared
         statements (the next statement may run on a server connection that never saw them)."""
