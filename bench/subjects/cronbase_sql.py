@@ -58,6 +58,7 @@ _OPTIONS: dict[str, Any] = {
     "delay": timedelta(0),
     "max_attempts": 20,
     "lease": timedelta(minutes=1),
+    "metadata": None,
     "channel": "cronbase_jobs",
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from .db.database import DEFAULT_POOL_SIZE, Database
 from .db.queries import Queries
 from .effects import Effects
 from .errors import ConfigurationError, PayloadError
+from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_name
 from .queues import Queues
@@ -67,11 +69,27 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
         self.periodic_schedules: dict[str, ScheduleSpec] = {}
+        # Run around every defer and attempt of this App's tasks (on_job_start, middleware...).
+        self.hooks = Hooks()
+        self._bind_services()
+
+    def _bind_services(self) -> None:
         self.jobs = Jobs(self.db)
         self.schedules = Schedules(self.db, self.tasks)
         self.effects = Effects(self.db)
         self.queues = Queues(self.db)
         self.audit = Audit(self.db)
+
+    def _swap_database(self, db: Database) -> Database:
+        """Point the App, its tasks and services at ``db``; returns the Database it had.
+
+        For test helpers (``cronbase.testing.use_database``): the caller closes what it opened.
+        """
+        old, self.db = self.db, db
+        for task in self.tasks.values():
+            task.db = db
+        self._bind_services()
+        return old
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -146,7 +164,7 @@ class App:
                     f"task name {task_name!r} is registered twice "
                     f"({self.tasks[task_name].func.__module__} and {f.__module__}); pass name="
                 )
-            task = Task(self.db, f, task_name, defaults)
+            task = Task(self.db, f, task_name, defaults, self.hooks)
             self.tasks[task_name] = task
             return task
 
@@ -192,6 +210,48 @@ class App:
             return task
 
         return declare
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def on_job_start(self, hook: JobStartHook) -> JobStartHook:
+        """Call ``hook(job)`` as each attempt starts (job: the :class:`JobContext`).
+
+        >>> @app.on_job_start  # doctest: +SKIP
+        ... def tag(job): sentry_sdk.set_tag("job_id", job.id)
+
+        It runs on the worker's event loop: keep it quick. One that raises is logged and ignored.
+        """
+        self.hooks.job_start.append(hook)
+        return hook
+
+    def on_job_end(self, hook: JobEndHook) -> JobEndHook:
+        """Call ``hook(job, outcome, error, duration)`` as each attempt ends, before its outcome
+        is written. ``outcome``: 'succeeded', 'failed' (will retry), 'dead', 'released' (handed
+        back uncounted: the database went away) or 'lost' (its lease was taken); ``error``: the
+        exception or None; ``duration``: a timedelta. One that raises is logged and ignored.
+        """
+        self.hooks.job_end.append(hook)
+        return hook
+
+    def middleware(self, factory: JobMiddleware) -> JobMiddleware:
+        """Run every handler inside ``factory(job)``, a context manager (tenancy, a Sentry scope).
+
+        >>> @app.middleware  # doctest: +SKIP
+        ... def tenant(job):
+        ...     with tenancy.use(job.payload["tenant_id"]):
+        ...         yield
+
+        A generator function, as here, is made a context manager (contextlib.contextmanager).
+
+        A sync handler's middleware runs in the handler's thread. The handler's exception is
+        thrown into it; whatever the middleware does, the outcome stays the handler's, and a
+        middleware that raises is logged and ignored. The first registered is the outermost.
+        """
+        if inspect.isgeneratorfunction(factory):
+            self.hooks.job_middleware.append(contextlib.contextmanager(factory))
+        else:
+            self.hooks.job_middleware.append(factory)
+        return factory
 
     def get_task(self, name: str) -> Task[Any, Any]:
         return find_task(self.tasks, name)

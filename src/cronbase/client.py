@@ -114,6 +114,7 @@ class JobOptions:
             "delay": self.delay or timedelta(0),
             "max_attempts": self.max_attempts,
             "lease": self.lease,
+            "metadata": None,
         }
 
 
@@ -227,17 +228,28 @@ def encode_payload(task: str, payload: Payload, max_bytes: int = DEFAULT_MAX_PAY
     return text
 
 
+def encode_metadata(metadata: dict[str, Any]) -> str:
+    """jobs.metadata as JSON text (what integrations store: small, plain JSON)."""
+    try:
+        return json.dumps(metadata, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise CronbaseError(f"job metadata cannot be stored as JSON: {exc}") from None
+
+
 def build_insert(
     q: Queries,
     task: str,
     opts: JobOptions,
     payload: Payload,
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    metadata: dict[str, Any] | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     params = opts.insert_params.copy()
     params["task"] = task
     params["payload"] = encode_payload(task, payload, max_bytes)
     params["channel"] = q.channel
+    if metadata is not None:
+        params["metadata"] = encode_metadata(metadata)
     if not opts.has_keys:
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
@@ -253,6 +265,7 @@ def build_insert_many(
     opts: JobOptions,
     payloads: Sequence[Payload],
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    metadata: dict[str, Any] | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     if opts.has_keys:
         raise CronbaseError(
@@ -263,6 +276,8 @@ def build_insert_many(
     params["task"] = task
     params["payloads"] = [encode_payload(task, p, max_bytes) for p in payloads]
     params["channel"] = q.channel
+    if metadata is not None:
+        params["metadata"] = encode_metadata(metadata)
     return q.insert_jobs, params
 
 
@@ -308,10 +323,15 @@ async def _run_async(
 
 
 def defer_one_sync(
-    db: Database, task: str, opts: JobOptions, payload: Payload, connection: object | None
+    db: Database,
+    task: str,
+    opts: JobOptions,
+    payload: Payload,
+    connection: object | None,
+    metadata: dict[str, Any] | None = None,
 ) -> int:
     caller = None if connection is None else _sync_conn(connection)
-    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes)
+    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes, metadata)
     for _ in range(_UNIQUE_TRIES):
         rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
         if rows:
@@ -320,10 +340,15 @@ def defer_one_sync(
 
 
 async def defer_one_async(
-    db: Database, task: str, opts: JobOptions, payload: Payload, connection: object | None
+    db: Database,
+    task: str,
+    opts: JobOptions,
+    payload: Payload,
+    connection: object | None,
+    metadata: dict[str, Any] | None = None,
 ) -> int:
     caller = None if connection is None else _async_conn(connection)
-    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes)
+    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes, metadata)
     for _ in range(_UNIQUE_TRIES):
         if caller is not None:
             rows = await _run_async(caller, query, params)
@@ -340,11 +365,14 @@ def defer_many_sync(
     opts: JobOptions,
     payloads: Sequence[Payload],
     connection: object | None,
+    metadata: dict[str, Any] | None = None,
 ) -> list[int]:
     caller = None if connection is None else _sync_conn(connection)
     if not payloads:
         return []
-    query, params = build_insert_many(db.queries, task, opts, payloads, db.max_payload_bytes)
+    query, params = build_insert_many(
+        db.queries, task, opts, payloads, db.max_payload_bytes, metadata
+    )
     rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
     return [int(r[0]) for r in rows]
 
@@ -355,11 +383,14 @@ async def defer_many_async(
     opts: JobOptions,
     payloads: Sequence[Payload],
     connection: object | None,
+    metadata: dict[str, Any] | None = None,
 ) -> list[int]:
     caller = None if connection is None else _async_conn(connection)
     if not payloads:
         return []
-    query, params = build_insert_many(db.queries, task, opts, payloads, db.max_payload_bytes)
+    query, params = build_insert_many(
+        db.queries, task, opts, payloads, db.max_payload_bytes, metadata
+    )
     if caller is not None:
         rows = await _run_async(caller, query, params)
     else:

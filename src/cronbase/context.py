@@ -32,6 +32,9 @@ class JobContext:
     attempt: int
     max_attempts: int
     payload: Payload
+    # What integrations stored with the job beside its payload (jobs.metadata), e.g. the trace
+    # context of its defer under "otel"; None when nothing was stored.
+    metadata: dict[str, Any] | None = field(default=None, repr=False)
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     lease: timedelta | None = field(default=None, repr=False)
     worker_id: str | None = field(default=None, repr=False)

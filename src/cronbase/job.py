@@ -94,6 +94,8 @@ class Job:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    # What integrations stored beside the payload (a trace context); None when nothing.
+    metadata: dict[str, JSONValue] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

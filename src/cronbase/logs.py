@@ -1,4 +1,5 @@
-"""Log output for the command line: readable lines, or one JSON object per line for machines."""
+"""Log output: readable lines or one JSON object per line, and the running job's fields
+(``job_id``, ``task``, ``attempt``) on every record logged while a handler runs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
+
+from .context import running_job
+
+# The fields a record logged inside a running job carries (set by the record factory below).
+JOB_FIELDS = ("job_id", "task", "attempt")
 
 # Attributes every LogRecord has; anything else came in through ``extra=`` and is a field.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -29,16 +35,52 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """``time level logger: message``, then ``job_id=.. task=.. attempt=..`` inside a job."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(asctime)s %(levelname)-7s %(name)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S"
+        )
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if getattr(record, "job_id", None) is None:
+            return text
+        fields = " ".join(f"{name}={getattr(record, name, None)}" for name in JOB_FIELDS)
+        first, newline, rest = text.partition("\n")  # after the message, before a traceback
+        return f"{first} [{fields}]{newline}{rest}"
+
+
+def install_job_context() -> None:
+    """Make every log record created while a handler runs carry its job's ``job_id``, ``task``
+    and ``attempt``, whichever logger and handler it goes to (the worker calls this; idempotent).
+
+    A record factory, not a filter: a filter on one logger misses records of its children and of
+    handlers the application installs itself. The job comes from current_job()'s contextvar, so
+    each concurrent job's records carry its own fields. A field the caller passed in ``extra=``
+    is left as it is.
+    """
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "adds_job_fields", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        job = running_job()
+        if job is not None:
+            record.job_id = job.id
+            record.task = job.task
+            record.attempt = job.attempt
+        return record
+
+    factory.adds_job_fields = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
 def setup(level: int, log_format: str = "text") -> None:
     """Root logging to stderr in the chosen format (the CLI calls this once)."""
     handler = logging.StreamHandler()
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter(
-                "%(asctime)s %(levelname)-7s %(name)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S"
-            )
-        )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     logging.getLogger("cronbase").setLevel(level)

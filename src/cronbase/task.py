@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
 from .errors import PayloadError, UnknownTaskError
+from .hooks import Hooks
 from .job import Payload
 from .retry import Backoff
 
@@ -47,12 +48,19 @@ class Task(Generic[P, R]):
     """A handler registered with ``@app.task``; call it directly, or ``defer`` it to a worker."""
 
     def __init__(
-        self, db: Database, func: Callable[P, R], name: str, defaults: TaskDefaults
+        self,
+        db: Database,
+        func: Callable[P, R],
+        name: str,
+        defaults: TaskDefaults,
+        hooks: Hooks | None = None,
     ) -> None:
         self.db = db
         self.func = func
         self.name = name
         self.defaults = defaults
+        # The App's hooks (shared by its tasks): run around this task's defers and attempts.
+        self.hooks = hooks if hooks is not None else Hooks()
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         # Signature.bind on every job cost ~1.8 us a call (~6% of a drain's CPU); set checks on
@@ -177,11 +185,18 @@ class Task(Generic[P, R]):
         """Enqueue a job now; returns its id. ``send_invoice.defer(invoice_id=812)``."""
         # What Deferral.defer does, without building a Deferral per call.
         self.check_payload(payload)
+        if self.hooks.on_defer:
+            return self.hooks.defer(self.db, self, self.options(), [payload], None, many=False)[0]
         return defer_one_sync(self.db, self.name, self.options(), payload, None)
 
     async def defer_async(self, **payload: Any) -> int:
         """Async twin of :meth:`defer`."""
         self.check_payload(payload)
+        if self.hooks.on_defer:
+            ids = await self.hooks.defer_async(
+                self.db, self, self.options(), [payload], None, many=False
+            )
+            return ids[0]
         return await defer_one_async(self.db, self.name, self.options(), payload, None)
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
@@ -207,27 +222,43 @@ class Deferral:
         self.connection = connection
 
     def defer(self, **payload: Any) -> int:
-        self.task.check_payload(payload)
-        return defer_one_sync(self.task.db, self.task.name, self.options, payload, self.connection)
+        task = self.task
+        task.check_payload(payload)
+        if task.hooks.on_defer:
+            ids = task.hooks.defer(
+                task.db, task, self.options, [payload], self.connection, many=False
+            )
+            return ids[0]
+        return defer_one_sync(task.db, task.name, self.options, payload, self.connection)
 
     async def defer_async(self, **payload: Any) -> int:
-        self.task.check_payload(payload)
-        return await defer_one_async(
-            self.task.db, self.task.name, self.options, payload, self.connection
-        )
+        task = self.task
+        task.check_payload(payload)
+        if task.hooks.on_defer:
+            ids = await task.hooks.defer_async(
+                task.db, task, self.options, [payload], self.connection, many=False
+            )
+            return ids[0]
+        return await defer_one_async(task.db, task.name, self.options, payload, self.connection)
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
         payloads = list(payloads)  # checked, then inserted: a generator would be used up
+        task = self.task
         for payload in payloads:
-            self.task.check_payload(payload)
-        return defer_many_sync(
-            self.task.db, self.task.name, self.options, payloads, self.connection
-        )
+            task.check_payload(payload)
+        if task.hooks.on_defer and payloads:
+            return task.hooks.defer(
+                task.db, task, self.options, payloads, self.connection, many=True
+            )
+        return defer_many_sync(task.db, task.name, self.options, payloads, self.connection)
 
     async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
         payloads = list(payloads)  # checked, then inserted: a generator would be used up
+        task = self.task
         for payload in payloads:
-            self.task.check_payload(payload)
-        return await defer_many_async(
-            self.task.db, self.task.name, self.options, payloads, self.connection
-        )
+            task.check_payload(payload)
+        if task.hooks.on_defer and payloads:
+            return await task.hooks.defer_async(
+                task.db, task, self.options, payloads, self.connection, many=True
+            )
+        return await defer_many_async(task.db, task.name, self.options, payloads, self.connection)

@@ -122,6 +122,7 @@ def job_row(**changes: object) -> dict[str, object]:
         "created_at": at,
         "updated_at": at,
         "finished_at": None,
+        "metadata": None,
     }
     row.update(changes)
     return row

@@ -40,6 +40,8 @@ class ClaimedJob:
     max_attempts: int
     lease_token: uuid.UUID
     lease: timedelta
+    # jobs.metadata: what integrations stored with the job (a trace context); None when nothing.
+    metadata: dict[str, Any] | None = None
     context: JobContext = field(init=False)
 
     @property
@@ -91,6 +93,16 @@ def claim_statement(queries: Queries, queues: Sequence[str] | None) -> bytes:
     return queries.claim_jobs_in_queues if queues else queries.claim_jobs
 
 
+def _metadata(text: str) -> dict[str, Any] | None:
+    """jobs.metadata as a dict; anything else other SQL wrote there is ignored (it is not the
+    job's data, and a job must not die of a bad trace context)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def read_rows(rows: Sequence[tuple[Any, ...]]) -> ClaimResult:
     """Decode claim_jobs' rows: claimed jobs, then one row whose id is NULL carrying the ids of
     the successes written."""
@@ -99,7 +111,7 @@ def read_rows(rows: Sequence[tuple[Any, ...]]) -> ClaimResult:
         if row[0] is None:
             result.written_ids = row[-1] or []
             continue
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, _) = row
+        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, _) = row
         try:
             job = ClaimedJob(
                 job_id,
@@ -111,6 +123,7 @@ def read_rows(rows: Sequence[tuple[Any, ...]]) -> ClaimResult:
                 max_attempts,
                 token,
                 timedelta(seconds=lease),
+                None if meta is None else _metadata(meta),
             )
         except Exception as exc:  # RecursionError, ValueError (digits), OverflowError (lease)
             bare = ClaimedJob(

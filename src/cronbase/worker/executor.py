@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
@@ -42,6 +43,8 @@ class Outcome:
     # Nothing for the completer to write: the handler's transaction() committed the success
     # itself, or the attempt lost its lease ('lost').
     written: bool = False
+    # What the handler raised, for on_job_end hooks (None when it returned).
+    exception: BaseException | None = None
 
 
 def _trim(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -66,6 +69,7 @@ def failure(
         error_type=error_type,
         traceback=_trim(tb, TRACEBACK_LIMIT, keep_end=True),
         duration=duration,
+        exception=exc,
     )
 
 
@@ -107,6 +111,7 @@ async def execute(
         attempt=job.attempt,
         max_attempts=job.max_attempts,
         payload=job.payload,
+        metadata=job.metadata,
         lease_token=job.lease_token,
         lease=job.lease,
         worker_id=worker_id,
@@ -114,15 +119,35 @@ async def execute(
         _on_progress=on_progress,
     )
     set_current(job.context)
+    hooks = task.hooks
+    if not hooks.on_job:
+        return await _attempt(task, kwargs, threads, job, started)
+    hooks.started(job.context)
+    outcome = await _attempt(task, kwargs, threads, job, started)
+    name = outcome.outcome
+    if name == "failed" and job.attempt >= job.max_attempts:
+        name = "dead"  # what finish_jobs will record: no attempt left
+    hooks.ended(job.context, name, outcome.exception, timedelta(seconds=outcome.duration))
+    return outcome
+
+
+async def _attempt(
+    task: Task[Any, Any],
+    kwargs: dict[str, Any],
+    threads: ThreadPoolExecutor,
+    job: ClaimedJob,
+    started: float,
+) -> Outcome:
+    """Run the handler (within its timeout and middleware) and say how it went."""
     timeout = task.defaults.timeout.total_seconds() if task.defaults.timeout else None
     try:
         if timeout is None:
             # No asyncio.timeout() at all: a few microseconds a job that a drain of no-op
             # jobs notices (bench/README.md).
-            await _call(task, kwargs, threads)
+            await _call(task, kwargs, threads, job.context)
         else:
             async with asyncio.timeout(timeout):
-                await _call(task, kwargs, threads)
+                await _call(task, kwargs, threads, job.context)
     except TimeoutError as exc:
         error: BaseException = exc
         if timeout is not None and time.monotonic() - started >= timeout:
@@ -147,12 +172,14 @@ async def execute(
             # The database went away under the handler (a restart, a failover): not the
             # handler's fault, so the attempt is handed back and not counted.
             logger.warning("%s", exc)
-            return Outcome(job=job, outcome="released", error=_trim(str(exc), ERROR_LIMIT))
+            return Outcome(
+                job=job, outcome="released", error=_trim(str(exc), ERROR_LIMIT), exception=exc
+            )
         if isinstance(exc, LeaseLostError):
             # Another attempt may own the job: this one ends with nothing recorded (the fence
             # would refuse the write anyway).
             logger.warning("%s", exc)
-            return Outcome(job=job, outcome="lost", written=True)
+            return Outcome(job=job, outcome="lost", written=True, exception=exc)
         return failure(
             job,
             exc,
@@ -168,11 +195,21 @@ async def execute(
     )
 
 
-async def _call(task: Task[Any, Any], kwargs: dict[str, Any], threads: ThreadPoolExecutor) -> None:
+async def _call(
+    task: Task[Any, Any], kwargs: dict[str, Any], threads: ThreadPoolExecutor, context: JobContext
+) -> None:
     if task.is_async:
-        await task.func(**kwargs)
+        if task.hooks.job_middleware:
+            await task.hooks.call_async(context, task.func, kwargs)
+        else:
+            await task.func(**kwargs)
         return
-    call = functools.partial(task.func, **kwargs)
+    if task.hooks.job_middleware:
+        # The middleware runs in the handler's thread, so what it sets (thread-locals, a
+        # Sentry scope) is what the handler sees.
+        call = functools.partial(task.hooks.call, context, task.func, kwargs)
+    else:
+        call = functools.partial(task.func, **kwargs)
     ctx = contextvars.copy_context()
     # A sync handler past its timeout keeps its thread until it returns: Python cannot stop a
     # thread. Its outcome is recorded as a timeout all the same.

@@ -45,6 +45,7 @@ from ..db.notifier import Notifier
 from ..db.pool import is_connection_loss
 from ..errors import ConfigurationError, WorkerFatalError
 from ..limits import check_name
+from ..logs import install_job_context
 from ..maintenance import Retention, run_retention
 from ..metrics import WorkerMetrics
 from ..schedule.scheduler import Scheduler
@@ -193,6 +194,7 @@ class Worker:
     async def run(self) -> None:
         """Run until stopped (or, in burst mode, until nothing is due); see the module docstring."""
         loop = self._event_loop = asyncio.get_running_loop()
+        install_job_context()  # handlers' log records carry job_id, task and attempt
         # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
         # database (a deploy racing a database restart), saying so.
         self._pool = await connect_when_ready(self.db, self.id, wait=not self.burst)

@@ -7,10 +7,11 @@
 -- notifies itself (as River's and Oban's clients do) rather than through an AFTER INSERT
 -- trigger: the trigger's transition table cost ~10% of a bulk insert (migration 0007).
 WITH ins AS (
-    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
+    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
+                               metadata)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s)
+            %(lease)s, %(metadata)s::jsonb)
     RETURNING id, queue, run_at
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM ins WHERE run_at <= now()
@@ -24,10 +25,10 @@ SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 -- statement again, which takes a fresh snapshot. Only a job inserted (and due) notifies.
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               idempotency_key, dedupe_key)
+                               idempotency_key, dedupe_key, metadata)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(idempotency_key)s, %(dedupe_key)s)
+            %(lease)s, %(idempotency_key)s, %(dedupe_key)s, %(metadata)s::jsonb)
     ON CONFLICT DO NOTHING
     RETURNING id, queue, run_at
 ), notified AS (
@@ -52,14 +53,14 @@ SELECT id, false AS created FROM (
 -- A job inserted or replaced that is due notifies.
 WITH up AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               dedupe_key)
+                               dedupe_key, metadata)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(dedupe_key)s)
+            %(lease)s, %(dedupe_key)s, %(metadata)s::jsonb)
     ON CONFLICT (dedupe_key)
         WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'failed', 'running')
     DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-                  run_at = EXCLUDED.run_at, updated_at = now()
+                  run_at = EXCLUDED.run_at, metadata = EXCLUDED.metadata, updated_at = now()
         WHERE {schema}.jobs.status IN ('queued', 'failed')
     RETURNING id, (xmax = 0) AS created, queue, run_at
 ), notified AS (
@@ -79,10 +80,11 @@ LIMIT 1;
 -- The payloads (JSON text) are sent as a binary text[]: psycopg's text dump of a list runs a
 -- regex per element to decide on quoting; binary made defer_many of 1,000 ~25% faster.
 WITH ins AS (
-    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease)
+    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
+                               metadata)
     SELECT %(task)s, %(queue)s, p.payload, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-           %(lease)s
+           %(lease)s, %(metadata)s::jsonb
     FROM unnest(%(payloads)b::text[]::jsonb[]) WITH ORDINALITY AS p(payload, ord)
     ORDER BY p.ord
     RETURNING id
@@ -115,10 +117,10 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- job is known; jobs of an unknown task at the head of the queue are stepped over on each claim
 -- (`cronbase stats` and `check` show them).
 -- Rows: the claimed jobs, then one row whose id is NULL carrying the ids of the successes written.
--- The payload comes as text and the lease as seconds, decoded per job by worker/claim.py: a row
--- written by other SQL that Python cannot decode (JSON nested 10,000 deep, a 5,000-digit number)
--- fails that job alone, where psycopg's loaders would fail the fetch of the whole batch after the
--- claim committed.
+-- The payload and metadata come as text and the lease as seconds, decoded per job by
+-- worker/claim.py: a row written by other SQL that Python cannot decode (JSON nested 10,000 deep,
+-- a 5,000-digit number) fails that job alone, where psycopg's loaders would fail the fetch of the
+-- whole batch after the claim committed.
 -- The two arrays are sent in binary (%(name)b): psycopg's text dump of a list runs a regex per
 -- element, ~8% of a drain's worker CPU; binary is 4x cheaper.
 WITH finished AS (
@@ -144,13 +146,14 @@ WITH finished AS (
     FROM due
     WHERE j.id = due.id
     RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
-              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease
+              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
+              j.metadata::text AS metadata
 )
-SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease,
+SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease, metadata,
        NULL::bigint[] AS finished
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id) FROM finished;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id) FROM finished;
 
 -- name: claim_jobs_in_queues
 -- As claim_jobs, restricted to the worker's queues (uses jobs_queue_due_idx).
@@ -177,13 +180,14 @@ WITH finished AS (
     FROM due
     WHERE j.id = due.id
     RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
-              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease
+              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
+              j.metadata::text AS metadata
 )
-SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease,
+SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease, metadata,
        NULL::bigint[] AS finished
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id) FROM finished;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id) FROM finished;
 
 -- name: finish_jobs
 -- Record the outcomes of many attempts in one statement, and a history row per attempt that did

@@ -1,0 +1,235 @@
+"""Hooks: code the App runs around each defer and each attempt (Sentry, metrics, tenancy, tracing),
+and the interceptor that testing's inline mode puts in front of the database.
+
+A hook or middleware that raises is logged and ignored: it never changes a job's outcome, and
+never loses a defer. With nothing registered, a defer and an attempt pay one attribute check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from .client import defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .client import JobOptions
+    from .context import JobContext
+    from .db.database import Database
+    from .job import JSONValue, Payload
+    from .task import Task
+
+logger = logging.getLogger("cronbase")
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+JobStartHook = Callable[["JobContext"], object]
+# (job, outcome, error, duration); outcome: 'succeeded', 'failed', 'dead', 'released' or 'lost'.
+JobEndHook = Callable[["JobContext", str, "BaseException | None", timedelta], object]
+JobMiddleware = Callable[["JobContext"], AbstractContextManager[object]]
+DeferMiddleware = Callable[["DeferCall"], AbstractContextManager[object]]
+ConnectionSource = Callable[[], "psycopg.Connection[Any] | None"]
+
+
+@dataclass
+class DeferCall:
+    """One defer (or defer_many) on its way to the database, as defer middleware sees it."""
+
+    task: str
+    queue: str
+    payloads: Sequence[Payload]
+    # Stored in jobs.metadata of every job this call inserts (NULL when left empty).
+    metadata: dict[str, JSONValue] = field(default_factory=dict)
+    # The new jobs' ids, filled after the insert and before the middleware exits.
+    ids: list[int] = field(default_factory=list)
+
+
+class Interceptor(Protocol):
+    """Takes every defer instead of the database (``cronbase.testing.inline``)."""
+
+    def defer(
+        self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
+    ) -> list[int]: ...
+
+    async def defer_async(
+        self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
+    ) -> list[int]: ...
+
+
+def _name(func: object) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)
+
+
+@contextlib.contextmanager
+def _guarded(factory: Callable[[A], AbstractContextManager[object]], arg: A) -> Iterator[None]:
+    """Enter ``factory(arg)`` around the block; its own errors are logged, never raised, and it
+    cannot swallow the block's exception (the job's outcome is the handler's)."""
+    try:
+        manager = factory(arg)
+        manager.__enter__()
+    except Exception:
+        logger.exception("%s raised on entry; ignored", _name(factory))
+        yield
+        return
+    try:
+        yield
+    except BaseException as exc:
+        try:
+            manager.__exit__(type(exc), exc, exc.__traceback__)
+        except BaseException as raised:
+            if raised is not exc:
+                logger.exception("%s raised on exit; ignored", _name(factory))
+        raise
+    try:
+        manager.__exit__(None, None, None)
+    except Exception:
+        logger.exception("%s raised on exit; ignored", _name(factory))
+
+
+class Hooks:
+    """What an App runs around defers and attempts; ``app.hooks``, shared by its tasks."""
+
+    def __init__(self) -> None:
+        self.job_start: list[JobStartHook] = []
+        self.job_end: list[JobEndHook] = []
+        self.job_middleware: list[JobMiddleware] = []
+        self.defer_middleware: list[DeferMiddleware] = []
+        self.connection_sources: list[ConnectionSource] = []
+        self.interceptor: Interceptor | None = None
+
+    @property
+    def on_defer(self) -> bool:
+        """Whether a defer has more to do than write its row."""
+        return (
+            self.interceptor is not None
+            or bool(self.defer_middleware)
+            or bool(self.connection_sources)
+        )
+
+    @property
+    def on_job(self) -> bool:
+        """Whether an attempt has hooks or middleware to run."""
+        return bool(self.job_start or self.job_end or self.job_middleware)
+
+    # -- defers ----------------------------------------------------------------------------------
+
+    def _connection(self, connection: object | None) -> object | None:
+        if connection is not None:
+            return connection
+        for source in self.connection_sources:
+            found = source()
+            if found is not None:
+                return found
+        return None
+
+    @contextlib.contextmanager
+    def _defer_middleware(self, call: DeferCall) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for middleware in self.defer_middleware:
+                stack.enter_context(_guarded(middleware, call))
+            yield
+
+    def defer(
+        self,
+        db: Database,
+        task: Task[Any, Any],
+        options: JobOptions,
+        payloads: list[Payload],
+        connection: object | None,
+        *,
+        many: bool,
+    ) -> list[int]:
+        """A defer through the hooks: the interceptor, else the database with middleware."""
+        if self.interceptor is not None:
+            return self.interceptor.defer(task, options, payloads)
+        connection = self._connection(connection)
+        call = DeferCall(task.name, options.queue, payloads)
+        with self._defer_middleware(call):
+            metadata = call.metadata or None
+            if many:
+                ids = defer_many_sync(db, task.name, options, payloads, connection, metadata)
+            else:
+                ids = [defer_one_sync(db, task.name, options, payloads[0], connection, metadata)]
+            call.ids[:] = ids
+        return ids
+
+    async def defer_async(
+        self,
+        db: Database,
+        task: Task[Any, Any],
+        options: JobOptions,
+        payloads: list[Payload],
+        connection: object | None,
+        *,
+        many: bool,
+    ) -> list[int]:
+        """The async twin of :meth:`defer` (connection sources are sync: not asked)."""
+        if self.interceptor is not None:
+            return await self.interceptor.defer_async(task, options, payloads)
+        call = DeferCall(task.name, options.queue, payloads)
+        with self._defer_middleware(call):
+            metadata = call.metadata or None
+            if many:
+                ids = await defer_many_async(db, task.name, options, payloads, connection, metadata)
+            else:
+                job_id = await defer_one_async(
+                    db, task.name, options, payloads[0], connection, metadata
+                )
+                ids = [job_id]
+            call.ids[:] = ids
+        return ids
+
+    # -- attempts --------------------------------------------------------------------------------
+
+    def started(self, context: JobContext) -> None:
+        """Run the job-start hooks; one that raises is logged and skipped."""
+        for hook in self.job_start:
+            try:
+                hook(context)
+            except Exception:
+                logger.exception("on_job_start hook %s raised; ignored", _name(hook))
+
+    def ended(
+        self,
+        context: JobContext,
+        outcome: str,
+        error: BaseException | None,
+        duration: timedelta,
+    ) -> None:
+        """Run the job-end hooks; one that raises is logged and skipped."""
+        for hook in self.job_end:
+            try:
+                hook(context, outcome, error, duration)
+            except Exception:
+                logger.exception("on_job_end hook %s raised; ignored", _name(hook))
+
+    @contextlib.contextmanager
+    def _middleware(self, context: JobContext) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for middleware in self.job_middleware:
+                stack.enter_context(_guarded(middleware, context))
+            yield
+
+    def call(self, context: JobContext, func: Callable[..., T], kwargs: dict[str, Any]) -> T:
+        """``func(**kwargs)`` inside the job middleware (a sync handler, in its own thread)."""
+        if not self.job_middleware:
+            return func(**kwargs)
+        with self._middleware(context):
+            return func(**kwargs)
+
+    async def call_async(
+        self, context: JobContext, func: Callable[..., Awaitable[T]], kwargs: dict[str, Any]
+    ) -> T:
+        """``await func(**kwargs)`` inside the job middleware (an async handler)."""
+        if not self.job_middleware:
+            return await func(**kwargs)
+        with self._middleware(context):
+            return await func(**kwargs)

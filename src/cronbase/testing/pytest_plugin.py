@@ -1,0 +1,1 @@
+"""cronbase's pytest fixtures (registered as the ``cronbase`` pytest11 entry point)."""
