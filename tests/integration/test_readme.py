@@ -1,6 +1,8 @@
 """The README's promises, run: its opening commands, its Python blocks, its command block.
 
 A fenced block right after a ``<!-- skip -->`` line is not run (fragments, long-running commands).
+One right after ``<!-- file: examples/x.py -->`` is an excerpt of that file, which its own tests
+run: the excerpt must be in the file, word for word.
 """
 
 from __future__ import annotations
@@ -21,12 +23,23 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text("utf-8")
 CRONBASE = Path(sys.executable).with_name("cronbase")
 
-_BLOCK = re.compile(r"^(<!-- skip -->\n)?```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+_BLOCK = re.compile(
+    r"^(<!-- (?:skip|file: (\S+)) -->\n)?```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL
+)
 
 
 def blocks(language: str) -> list[str]:
     """The README's runnable fenced blocks in ``language``, in order."""
-    return [body for skip, lang, body in _BLOCK.findall(README) if lang == language and not skip]
+    return [
+        body for marker, _, lang, body in _BLOCK.findall(README) if lang == language and not marker
+    ]
+
+
+def test_excerpts_are_in_their_files() -> None:
+    excerpts = [(path, body) for _, path, _, body in _BLOCK.findall(README) if path]
+    assert excerpts, "no <!-- file: ... --> excerpts in the README"
+    for path, body in excerpts:
+        assert body in (REPO / path).read_text("utf-8"), f"README excerpt not in {path}:\n{body}"
 
 
 def readme_env(database_url: str) -> dict[str, str]:
@@ -39,7 +52,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one() -> None:
     first_block = _BLOCK.search(README)
     assert first_block is not None
     assert README[: first_block.start()].strip() == "# cronbase"
-    assert first_block.group(3).splitlines() == ["make demo", "make test"]
+    assert first_block.group(4).splitlines() == ["make demo", "make test"]
     makefile = (REPO / "Makefile").read_text("utf-8")
     assert re.search(r"^demo:", makefile, re.MULTILINE)
     assert re.search(r"^test:", makefile, re.MULTILINE)

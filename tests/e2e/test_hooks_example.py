@@ -1,0 +1,38 @@
+"""examples/hooks.py runs as the README says, and prints what its comments promise."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+
+from tests.e2e.test_cli import REPO, cli_env
+
+
+def test_the_hooks_example_counts_outcomes_and_logs_with_the_job(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "examples.hooks"],
+        env=cli_env(database_url),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout.splitlines()[-1] == "{'import_orders dead': 1, 'import_orders succeeded': 1}"
+    )
+    ids = dict(db.execute("SELECT payload->>'tenant', id FROM cronbase.jobs").fetchall())
+    lines = result.stderr.splitlines()
+    for tenant, day in (("acme", "2026-02-27"), ("globex", "2026-02-30")):
+        expected = (
+            f"shop.imports [job {ids[tenant]} attempt 1]: importing orders of {day} for {tenant}"
+        )
+        assert expected in lines, lines
+    assert any(re.search(r"ValueError: no such day: 2026-02-30", line) for line in lines)
