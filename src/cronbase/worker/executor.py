@@ -1,4 +1,5 @@
-"""Runs one claimed job: sets its context, applies the timeout, turns what happened into an Outcome."""
+"""Runs one claimed job: sets its context, runs the App's hooks and middleware around it
+(``hooks.py``), applies the timeout, turns what happened into an Outcome."""
 
 from __future__ import annotations
 
