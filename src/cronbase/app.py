@@ -21,6 +21,7 @@ from .errors import ConfigurationError, PayloadError
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_name
+from .payload import JSONDumps, JSONLoads
 from .queues import Queues
 from .retry import Backoff
 from .schedule.admin import Schedules
@@ -57,6 +58,8 @@ class App:
         pooler: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        json_dumps: JSONDumps | None = None,
+        json_loads: JSONLoads | None = None,
     ) -> None:
         self.db = Database(
             database_url,
@@ -65,6 +68,8 @@ class App:
             pooler=pooler,
             pool_size=pool_size,
             max_payload_bytes=max_payload_bytes,
+            json_dumps=json_dumps,
+            json_loads=json_loads,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import functools
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,16 +18,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from .errors import CronbaseError, JobNotFoundError, JobStateError, PayloadError
+from .errors import CronbaseError, JobNotFoundError, JobStateError
 from .job import Job, JobAttempt, JobStatus, Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
+from .payload import JSONDumps
+from .payload import encode_payload as encode_payload  # re-exported: callers know it as client's
 
 if TYPE_CHECKING:
     from .db.database import Database
     from .db.queries import Queries
 
 _INT4_MAX = 2**31 - 1  # max_attempts is an integer column
-_REPR_LIMIT = 60  # characters of a bad value shown in a message
 # The table's jobs_lease_range constraint: a claim adds the lease to now().
 MAX_LEASE = timedelta(days=36500)
 
@@ -118,116 +118,6 @@ class JobOptions:
         }
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
-
-
-class _Unstorable(Exception):
-    """What is wrong with a part of a payload; ``path`` grows as the search unwinds."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-        self.path: list[str] = []
-
-    def describe(self) -> str:
-        return "payload" + "".join(reversed(self.path)) + " " + self.why
-
-
-def _text_fault(text: str) -> str | None:
-    if "\x00" in text:
-        return "a NUL character (\\x00), which PostgreSQL cannot store"
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            return "a lone surrogate, which is not valid UTF-8"
-    return None
-
-
-# Values jsonb always holds as json.dumps writes them (exact types: subclasses take the long way).
-_PLAIN = frozenset({int, bool, type(None)})
-
-
-def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
-    """Raise _Unstorable where jsonb cannot hold ``value`` as json.dumps would write it."""
-    if isinstance(value, str):
-        fault = _text_fault(value)
-        if fault:
-            raise _Unstorable(f"contains {fault}: {_short(value)}")
-    elif value is None or isinstance(value, int):  # bool is an int
-        pass
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise _Unstorable(f"is {value!r}, which JSON cannot hold")
-    elif isinstance(value, dict):
-        if id(value) in parents:
-            raise _Unstorable("contains itself")
-        inner = (*parents, id(value))
-        for key, item in value.items():
-            if type(key) is str and key.isascii() and "\x00" not in key and type(item) in _PLAIN:
-                continue  # the common case without a call: encode_payload({'n': 1}) 1.45 -> 1.33 us
-            if not isinstance(key, str):
-                # json.dumps would write 1 as "1": the handler would get another payload.
-                raise _Unstorable(f"has the key {_short(key)}; JSON object keys are strings")
-            fault = _text_fault(key)
-            if fault:
-                raise _Unstorable(f"has the key {_short(key)}, which contains {fault}")
-            try:
-                _check_value(item, inner)
-            except _Unstorable as exc:
-                exc.path.append(f"[{key!r}]")
-                raise
-    elif isinstance(value, list | tuple):
-        if id(value) in parents:
-            raise _Unstorable("contains itself")
-        inner = (*parents, id(value))
-        for index, item in enumerate(value):
-            if type(item) in _PLAIN:
-                continue
-            try:
-                _check_value(item, inner)
-            except _Unstorable as exc:
-                exc.path.append(f"[{index}]")
-                raise
-    else:
-        raise _Unstorable(f"is {_short(value)} ({type(value).__name__}), which JSON cannot hold")
-
-
-# check_circular off: _check_value has already refused cycles (and all but JSON's own types),
-# and the encoder's own bookkeeping cost ~0.2 us of ~1.8 per payload.
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
-
-
-def encode_payload(task: str, payload: Payload, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
-    """JSON text of a payload; refuses what jsonb cannot hold, or more than ``max_bytes`` of it,
-    naming the task and the value."""
-    if not isinstance(payload, dict):
-        raise PayloadError(
-            f"payload for task {task!r} must be a JSON object (a dict of the handler's "
-            f"arguments), got {_short(payload)}"
-        )
-    try:
-        _check_value(payload)
-        text = _ENCODER.encode(payload)
-    except _Unstorable as exc:
-        raise PayloadError(
-            f"payload for task {task!r} cannot be stored as JSON: {exc.describe()}"
-        ) from None
-    except (TypeError, ValueError, RecursionError) as exc:  # an int too long, nesting too deep
-        raise PayloadError(
-            f"payload for task {task!r} cannot be stored as JSON: {type(exc).__name__}: {exc}"
-        ) from None
-    # Characters first: a byte count only when the text could be over (UTF-8: 4 at most).
-    if len(text) * 4 > max_bytes and len(size := text.encode()) > max_bytes:
-        raise PayloadError(
-            f"payload for task {task!r} is {len(size):,} bytes of JSON, more than the "
-            f"{max_bytes:,} allowed (App(max_payload_bytes=...)); store large data elsewhere "
-            "and pass its key"
-        )
-    return text
-
-
 def encode_metadata(metadata: dict[str, Any]) -> str:
     """jobs.metadata as JSON text (what integrations store: small, plain JSON)."""
     try:
@@ -243,10 +133,11 @@ def build_insert(
     payload: Payload,
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     metadata: dict[str, Any] | None = None,
+    dumps: JSONDumps | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     params = opts.insert_params.copy()
     params["task"] = task
-    params["payload"] = encode_payload(task, payload, max_bytes)
+    params["payload"] = encode_payload(task, payload, max_bytes, dumps)
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)
@@ -266,6 +157,7 @@ def build_insert_many(
     payloads: Sequence[Payload],
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     metadata: dict[str, Any] | None = None,
+    dumps: JSONDumps | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     if opts.has_keys:
         raise CronbaseError(
@@ -274,7 +166,7 @@ def build_insert_many(
         )
     params = opts.insert_params.copy()
     params["task"] = task
-    params["payloads"] = [encode_payload(task, p, max_bytes) for p in payloads]
+    params["payloads"] = [encode_payload(task, p, max_bytes, dumps) for p in payloads]
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)
@@ -331,7 +223,9 @@ def defer_one_sync(
     metadata: dict[str, Any] | None = None,
 ) -> int:
     caller = None if connection is None else _sync_conn(connection)
-    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes, metadata)
+    query, params = build_insert(
+        db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
+    )
     for _ in range(_UNIQUE_TRIES):
         rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
         if rows:
@@ -348,7 +242,9 @@ async def defer_one_async(
     metadata: dict[str, Any] | None = None,
 ) -> int:
     caller = None if connection is None else _async_conn(connection)
-    query, params = build_insert(db.queries, task, opts, payload, db.max_payload_bytes, metadata)
+    query, params = build_insert(
+        db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
+    )
     for _ in range(_UNIQUE_TRIES):
         if caller is not None:
             rows = await _run_async(caller, query, params)
@@ -371,7 +267,7 @@ def defer_many_sync(
     if not payloads:
         return []
     query, params = build_insert_many(
-        db.queries, task, opts, payloads, db.max_payload_bytes, metadata
+        db.queries, task, opts, payloads, db.max_payload_bytes, metadata, db.json_dumps
     )
     rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
     return [int(r[0]) for r in rows]
@@ -389,7 +285,7 @@ async def defer_many_async(
     if not payloads:
         return []
     query, params = build_insert_many(
-        db.queries, task, opts, payloads, db.max_payload_bytes, metadata
+        db.queries, task, opts, payloads, db.max_payload_bytes, metadata, db.json_dumps
     )
     if caller is not None:
         rows = await _run_async(caller, query, params)

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
+from .convert import Unresolved, argument_converters, convert_arguments
+from .converters import Converter
 from .errors import PayloadError, UnknownTaskError
 from .hooks import Hooks
 from .job import Payload
@@ -24,6 +26,8 @@ R = TypeVar("R")
 
 # The payload key a scheduled job's slot time travels under (see cronbase.schedule).
 SCHEDULED_AT = "scheduled_at"
+# Task._converters before the handler's annotations could be resolved (compared by identity).
+_UNRESOLVED: dict[str, Converter] = {}
 
 
 def find_task(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[Any, Any]:
@@ -80,6 +84,14 @@ class Task(Generic[P, R]):
         self._fast = not any(p.kind is p.POSITIONAL_ONLY for p in params)
         self._takes_scheduled_at = SCHEDULED_AT in self.signature.parameters or self._var_keyword
         self._options: tuple[TaskDefaults, JobOptions] | None = None
+        # A converter per argument annotated with more than JSON holds (datetime, a dataclass);
+        # None: nothing to convert, and arguments() skips the step. An annotation naming what is
+        # defined later in the module is resolved on the first job instead (_UNRESOLVED).
+        self._converters: dict[str, Converter] | None
+        try:
+            self._converters = argument_converters(func, lenient=False)
+        except Unresolved:
+            self._converters = _UNRESOLVED
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -99,7 +111,8 @@ class Task(Generic[P, R]):
         self.arguments(payload)
 
     def arguments(self, payload: Payload) -> dict[str, Any]:
-        """The handler's keyword arguments for a payload; PayloadError when they do not fit.
+        """The handler's keyword arguments for a payload, as the types its annotations ask for
+        (``convert.py``); PayloadError when they do not fit or do not convert.
 
         A scheduled job's payload carries its slot as ``scheduled_at`` (ISO text): a handler
         that takes the argument gets it as an aware datetime, one that does not never sees it.
@@ -119,15 +132,24 @@ class Task(Generic[P, R]):
                 raise PayloadError(
                     f"task {self.name!r}: {SCHEDULED_AT} {slot!r} is not an ISO 8601 time"
                 ) from None
-        if self._fits(kwargs.keys()):
+        if not self._fits(kwargs.keys()):
+            try:
+                self.signature.bind(**kwargs)
+            except TypeError as exc:
+                takes = ", ".join(self.signature.parameters) or "no arguments"
+                raise PayloadError(
+                    f"payload does not fit task {self.name!r} ({takes}): {exc}"
+                ) from None
+        converters = self._converters
+        if converters is None:
             return kwargs
-        try:
-            self.signature.bind(**kwargs)
-        except TypeError as exc:
-            takes = ", ".join(self.signature.parameters) or "no arguments"
-            raise PayloadError(
-                f"payload does not fit task {self.name!r} ({takes}): {exc}"
-            ) from None
+        if converters is _UNRESOLVED:
+            # Still unresolved names now are for good (TYPE_CHECKING imports): logged, and those
+            # arguments passed as JSON.
+            converters = self._converters = argument_converters(self.func, lenient=True)
+            if converters is None:
+                return kwargs
+        convert_arguments(self.name, converters, kwargs)
         return kwargs
 
     def _accepts(self, name: str) -> bool:

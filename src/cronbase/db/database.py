@@ -10,11 +10,12 @@ without one, workers poll.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import psycopg
@@ -23,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigurationError
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
+from ..payload import JSONDumps, JSONLoads
 from . import embedded, migrate, pool
 from .queries import Queries
 
@@ -54,7 +56,8 @@ class Database:
     ``listen_url`` (else ``CRONBASE_LISTEN_URL``; in session mode, ``url``), ``pooler``
     (``session`` or ``transaction``, else ``CRONBASE_POOLER``), ``pool_size`` (the most
     connections each of this process's pools opens), ``max_payload_bytes`` (the largest payload
-    a defer accepts, as JSON).
+    a defer accepts, as JSON), ``json_dumps`` and ``json_loads`` (payload to JSON text and back;
+    None: the json module, with cronbase's own types).
     """
 
     def __init__(
@@ -66,6 +69,8 @@ class Database:
         pooler: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        json_dumps: JSONDumps | None = None,
+        json_loads: JSONLoads | None = None,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
@@ -84,6 +89,16 @@ class Database:
                 f"max_payload_bytes must be an integer of at least 2, got {max_payload_bytes!r}"
             )
         self.max_payload_bytes = max_payload_bytes
+        for name, func in (("json_dumps", json_dumps), ("json_loads", json_loads)):
+            if func is not None and not callable(func):
+                raise ConfigurationError(
+                    f"{name} must be a function (like json.{name.removeprefix('json_')}), "
+                    f"got {func!r}"
+                )
+        # None: encode_payload's own fast encoder (it also writes datetimes, dataclasses...).
+        self.json_dumps = json_dumps
+        # Decodes each claimed job's payload text (worker/claim.py).
+        self.json_loads: Callable[[str], Any] = json_loads or json.loads
         self._explicit_url = url
         if url:
             pool.check_url(url)

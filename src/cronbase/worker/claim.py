@@ -3,14 +3,14 @@ rows decoded one job at a time. The worker, the completer, the tests and the ben
 
 A row that cannot be decoded (a payload written by other SQL that Python's JSON cannot read)
 comes back as that job's own :class:`Undecodable`, to be recorded dead with the reason; its
-batch-mates run as usual.
+batch-mates run as usual. Payload text is decoded by ``loads``: the Database's ``json_loads``.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -103,9 +103,12 @@ def _metadata(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_rows(rows: Sequence[tuple[Any, ...]]) -> ClaimResult:
+Loads = Callable[[str], Any]
+
+
+def read_rows(rows: Sequence[tuple[Any, ...]], loads: Loads = json.loads) -> ClaimResult:
     """Decode claim_jobs' rows: claimed jobs, then one row whose id is NULL carrying the ids of
-    the successes written."""
+    the successes written. ``loads`` decodes each payload (App(json_loads=...))."""
     result = ClaimResult([], [], [])
     for row in rows:
         if row[0] is None:
@@ -117,7 +120,7 @@ def read_rows(rows: Sequence[tuple[Any, ...]]) -> ClaimResult:
                 job_id,
                 task,
                 queue,
-                json.loads(payload),
+                loads(payload),
                 priority,
                 attempt,
                 max_attempts,
@@ -136,16 +139,23 @@ def read_rows(rows: Sequence[tuple[Any, ...]]) -> ClaimResult:
 
 
 async def claim_jobs(
-    conn: psycopg.AsyncConnection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    loads: Loads = json.loads,
 ) -> ClaimResult:
-    """Run the claim on ``conn`` (params from :func:`claim_params`)."""
+    """Run the claim on ``conn`` (params from :func:`claim_params`; ``loads``: the Database's
+    ``json_loads``)."""
     cur = await conn.execute(claim_statement(queries, params["queues"]), params)
-    return read_rows(await cur.fetchall())
+    return read_rows(await cur.fetchall(), loads)
 
 
 def claim_jobs_sync(
-    conn: psycopg.Connection[Any], queries: Queries, params: dict[str, Any]
+    conn: psycopg.Connection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    loads: Loads = json.loads,
 ) -> ClaimResult:
     """The sync twin of :func:`claim_jobs`, for tests and the bench."""
     cur = conn.execute(claim_statement(queries, params["queues"]), params)
-    return read_rows(cur.fetchall())
+    return read_rows(cur.fetchall(), loads)

@@ -365,7 +365,7 @@ class Worker:
         )
         try:
             async with self._pool.connection() as conn:
-                result = await claim_jobs(conn, self.db.queries, params)
+                result = await claim_jobs(conn, self.db.queries, params, self.db.json_loads)
         except BaseException:
             self._completer.give_back(carried)
             raise
