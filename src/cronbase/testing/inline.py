@@ -1,0 +1,330 @@
+"""Inline mode: inside ``with cronbase.testing.inline(app) as run:`` every defer of the App's tasks
+runs the handler at once, in this process, with no database; ``run.jobs`` says what ran.
+
+It sits where the database would (``app.hooks.interceptor``), so whatever defers (``task.defer``,
+``configure(...).defer``, ``defer_many``, ``app.defer("name", ...)``, their ``_async`` twins, a
+handler deferring another job) is run the way a worker runs it: the payload through the same JSON
+round trip, ``current_job()`` set, the App's hooks and middleware around the handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ..client import encode_metadata
+from ..context import JobContext, set_current
+from ..errors import CronbaseError
+from ..hooks import DeferCall
+from ..job import JobStatus, JSONValue, Payload, outcome_status
+from ..logs import install_job_context
+from .roundtrip import through_json
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..client import JobOptions
+    from ..task import Task
+
+
+@dataclass(eq=False)
+class InlineJob:
+    """One job deferred in inline mode, as it stands (``run.jobs``).
+
+    ``payload`` is what the handler's job carries (the payload after its JSON round trip);
+    ``result`` the handler's return value (of the last attempt); ``error`` the exception of the
+    last attempt that raised (None once one succeeds). ``status`` is a :class:`cronbase.JobStatus`
+    and compares equal to its text: ``job.status == "succeeded"``.
+    """
+
+    id: int
+    task: str
+    queue: str
+    payload: Payload
+    options: JobOptions = field(repr=False)
+    metadata: dict[str, JSONValue] | None = field(default=None, repr=False)
+    status: JobStatus = JobStatus.QUEUED
+    attempts: int = 0
+    max_attempts: int = 20
+    result: object = None
+    error: Exception | None = None
+    # The last progress the handler reported with current_job().set_progress().
+    progress: float | None = field(default=None, repr=False)
+    stage: str | None = field(default=None, repr=False)
+
+
+class InlineJobContext(JobContext):
+    """``current_job()`` in inline mode: all of it works but what needs the database."""
+
+    def transaction(self) -> NoReturn:
+        raise self._no_database("transaction()")
+
+    def transaction_async(self) -> NoReturn:
+        raise self._no_database("transaction_async()")
+
+    def _no_database(self, what: str) -> CronbaseError:
+        return CronbaseError(
+            f"job {self.id} (task {self.task!r}): {what} needs a database and inline mode has "
+            "none; test this handler on a test database with cronbase.testing.drain(app) "
+            "(the cronbase_app fixture gives one)"
+        )
+
+
+class InlineRun:
+    """What ``inline(app)`` yields: the jobs deferred in the block, in the order deferred.
+
+    It is the App's interceptor for the block (``cronbase.hooks.Interceptor``).
+    """
+
+    def __init__(self, *, retries: bool = False) -> None:
+        self.retries = retries
+        self.jobs: list[InlineJob] = []
+        self._ids = itertools.count(1)
+        # idempotency_key -> job id: a second defer with the key gets the first job, not a run,
+        # as the database's unique index makes it.
+        self._keys: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def jobs_of(self, task: Task[Any, Any] | str) -> list[InlineJob]:
+        """The jobs of one task (a Task or its name), in the order deferred."""
+        name = task if isinstance(task, str) else task.name
+        return [job for job in self.jobs if job.task == name]
+
+    def job(self, job_id: int) -> InlineJob:
+        """The job with this id (what ``defer`` returned)."""
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        known = ", ".join(str(job.id) for job in self.jobs) or "none"
+        raise KeyError(f"no inline job with id {job_id!r}; deferred in this block: {known}")
+
+    # -- the interceptor ---------------------------------------------------------------------
+
+    def defer(
+        self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
+    ) -> list[int]:
+        __tracebackhide__ = True  # pytest shows the test and the handler, not these frames
+        if task.is_async and _loop_running():
+            raise CronbaseError(
+                f"task {task.name!r} is async and an event loop is running in this thread: "
+                f"in inline mode use `await {task.name}.defer_async(...)` (or defer_many_async)"
+            )
+        accepted = self._accept(task, options, payloads)
+        for job, kwargs in accepted:
+            if kwargs is not None:
+                self._run(task, job, kwargs)
+        return [job.id for job, _ in accepted]
+
+    async def defer_async(
+        self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
+    ) -> list[int]:
+        __tracebackhide__ = True
+        accepted = self._accept(task, options, payloads)
+        for job, kwargs in accepted:
+            if kwargs is not None:
+                await self._run_async(task, job, kwargs)
+        return [job.id for job, _ in accepted]
+
+    # -- defer: what the insert would do ------------------------------------------------------
+
+    def _accept(
+        self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
+    ) -> list[tuple[InlineJob, dict[str, Any] | None]]:
+        """Record the new jobs (kwargs None: an idempotency_key already taken, nothing to run).
+
+        Every payload goes through JSON first, so a bad one refuses the whole call, as the
+        insert would; the App's defer middleware runs around it and may add metadata.
+        """
+        converted = [through_json(task, payload) for payload in payloads]
+        call = DeferCall(task.name, options.queue, payloads)
+        accepted: list[tuple[InlineJob, dict[str, Any] | None]] = []
+        with task.hooks.around_defer(call):
+            # Through JSON as jobs.metadata stores it: metadata that is not JSON fails the
+            # defer here as the insert would.
+            metadata = _json_metadata(call.metadata)
+            with self._lock:
+                for stored, arguments in converted:
+                    job, todo = self._record(task, options, stored, arguments)
+                    if todo is not None:
+                        job.metadata = metadata
+                    accepted.append((job, todo))
+            call.ids[:] = [job.id for job, _ in accepted]
+        return accepted
+
+    def _record(
+        self, task: Task[Any, Any], options: JobOptions, stored: Payload, kwargs: dict[str, Any]
+    ) -> tuple[InlineJob, dict[str, Any] | None]:
+        key = options.idempotency_key
+        if key is not None and key in self._keys:
+            return self.job(self._keys[key]), None
+        job = InlineJob(
+            id=next(self._ids),
+            task=task.name,
+            queue=options.queue,
+            payload=stored,
+            options=options,
+            max_attempts=options.max_attempts,
+        )
+        self.jobs.append(job)
+        if key is not None:
+            self._keys[key] = job.id
+        return job, kwargs
+
+    # -- running: attempts until one succeeds, or the first failure without retries ------------
+
+    def _run(self, task: Task[Any, Any], job: InlineJob, kwargs: dict[str, Any]) -> None:
+        __tracebackhide__ = True
+        attempt: Callable[[], Exception | None]
+        if task.is_async:
+            # No loop runs in this thread (defer checked): the handler gets one of its own.
+            def attempt() -> Exception | None:
+                __tracebackhide__ = True
+                return asyncio.run(self._attempt_async(task, job, kwargs))
+        else:
+            # A copied context: current_job() and what middleware sets end with the attempt,
+            # and a nested defer inside the handler gets its own.
+            def attempt() -> Exception | None:
+                __tracebackhide__ = True
+                return contextvars.copy_context().run(self._attempt, task, job, kwargs)
+
+        while not self._settled(job, attempt()):
+            pass
+
+    async def _run_async(
+        self, task: Task[Any, Any], job: InlineJob, kwargs: dict[str, Any]
+    ) -> None:
+        __tracebackhide__ = True
+        # create_task copies the context: the attempt's current_job() does not leak out.
+        while not self._settled(
+            job, await asyncio.create_task(self._attempt_async(task, job, kwargs))
+        ):
+            pass
+
+    def _settled(self, job: InlineJob, error: Exception | None) -> bool:
+        """Whether the job is done; re-raises the handler's error unless retries are simulated."""
+        __tracebackhide__ = True
+        if error is None:
+            return True
+        if not self.retries:
+            raise error
+        # Backoff is not slept: the next attempt runs at once.
+        return job.status is JobStatus.DEAD
+
+    def _attempt(
+        self, task: Task[Any, Any], job: InlineJob, kwargs: dict[str, Any]
+    ) -> Exception | None:
+        __tracebackhide__ = True
+        context = self._start(task, job)
+        started = time.monotonic()
+        try:
+            job.result = task.hooks.call(context, task.func, kwargs)
+        except Exception as exc:
+            return self._end(task, job, context, exc, started)
+        return self._end(task, job, context, None, started)
+
+    async def _attempt_async(
+        self, task: Task[Any, Any], job: InlineJob, kwargs: dict[str, Any]
+    ) -> Exception | None:
+        __tracebackhide__ = True
+        context = self._start(task, job)
+        started = time.monotonic()
+        try:
+            if task.is_async:
+                job.result = await task.hooks.call_async(context, task.func, kwargs)
+            else:
+                # As the worker does: a sync handler runs in a thread (to_thread copies the
+                # context, so current_job() works there), never blocking the caller's loop.
+                job.result = await asyncio.to_thread(task.hooks.call, context, task.func, kwargs)
+        except Exception as exc:
+            return self._end(task, job, context, exc, started)
+        return self._end(task, job, context, None, started)
+
+    def _start(self, task: Task[Any, Any], job: InlineJob) -> InlineJobContext:
+        job.attempts += 1
+        job.status = JobStatus.RUNNING
+        job.result = None
+        context = InlineJobContext(
+            id=job.id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            payload=job.payload,
+            metadata=job.metadata,
+        )
+        set_current(context)
+        task.hooks.started(context)
+        return context
+
+    def _end(
+        self,
+        task: Task[Any, Any],
+        job: InlineJob,
+        context: InlineJobContext,
+        error: Exception | None,
+        started: float,
+    ) -> Exception | None:
+        duration = timedelta(seconds=time.monotonic() - started)
+        # The worker's rule: a failure with no attempt left is dead.
+        job.status = outcome_status(
+            succeeded=error is None,
+            give_up=False,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+        )
+        job.error = error
+        job.progress, job.stage = context.progress
+        task.hooks.ended(context, job.status.value, error, duration)
+        return error
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _json_metadata(metadata: dict[str, JSONValue]) -> dict[str, JSONValue] | None:
+    if not metadata:
+        return None
+    decoded: dict[str, JSONValue] = json.loads(encode_metadata(metadata))
+    return decoded
+
+
+@contextlib.contextmanager
+def inline(app: App, *, retries: bool = False) -> Iterator[InlineRun]:
+    """Run every job the App's tasks defer at once, in this process, with no database.
+
+    >>> with cronbase.testing.inline(app) as run:  # doctest: +SKIP
+    ...     send_invoice.defer(invoice_id=812)
+    >>> run.jobs[0].status  # doctest: +SKIP
+    <JobStatus.SUCCEEDED: 'succeeded'>
+
+    A handler's exception is raised from the ``defer`` call (its job recorded ``failed`` first,
+    or ``dead`` with no attempt left). With ``retries=True`` a failed job runs again at once,
+    backoff not slept, up to its ``max_attempts``; one that never succeeds ends ``dead`` and
+    nothing is raised. A handler that defers a job runs it then and there (nested, as Celery's
+    eager mode does). ``run_at``, ``delay``, ``priority`` and ``connection=`` change nothing
+    here: the job runs now; ``idempotency_key`` is honoured; task timeouts are not applied.
+    ``current_job()`` works but ``transaction()``, which needs a database: test such handlers
+    with :func:`cronbase.testing.drain` on a test database.
+    """
+    install_job_context()  # handlers' log records carry job_id, task, attempt, as on a worker
+    run = InlineRun(retries=retries)
+    hooks = app.hooks
+    previous = hooks.interceptor
+    hooks.interceptor = run
+    try:
+        yield run
+    finally:
+        hooks.interceptor = previous
