@@ -131,7 +131,9 @@ class Hooks:
         return None
 
     @contextlib.contextmanager
-    def _defer_middleware(self, call: DeferCall) -> Iterator[None]:
+    def around_defer(self, call: DeferCall) -> Iterator[None]:
+        """The defer middleware entered around one defer (for anyone who defers another way,
+        as testing's inline mode does)."""
         with contextlib.ExitStack() as stack:
             for middleware in self.defer_middleware:
                 stack.enter_context(_guarded(middleware, call))
@@ -152,7 +154,7 @@ class Hooks:
             return self.interceptor.defer(task, options, payloads)
         connection = self._connection(connection)
         call = DeferCall(task.name, options.queue, payloads)
-        with self._defer_middleware(call):
+        with self.around_defer(call):
             metadata = call.metadata or None
             if many:
                 ids = defer_many_sync(db, task.name, options, payloads, connection, metadata)
@@ -175,7 +177,7 @@ class Hooks:
         if self.interceptor is not None:
             return await self.interceptor.defer_async(task, options, payloads)
         call = DeferCall(task.name, options.queue, payloads)
-        with self._defer_middleware(call):
+        with self.around_defer(call):
             metadata = call.metadata or None
             if many:
                 ids = await defer_many_async(db, task.name, options, payloads, connection, metadata)

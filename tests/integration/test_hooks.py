@@ -276,3 +276,21 @@ def test_a_connection_source_puts_sync_defers_in_its_transaction(
         handler.defer(n=4)
     rows = db.execute("SELECT payload->>'n' FROM cronbase.jobs ORDER BY id").fetchall()
     assert rows == [("3",), ("4",)]
+
+
+def test_end_hooks_hear_of_a_job_whose_payload_does_not_fit(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    ended: list[tuple[Any, ...]] = []
+    started: list[int] = []
+
+    @app.task
+    def handler(n: int) -> None: ...
+
+    app.on_job_start(lambda job: started.append(job.id))
+    app.on_job_end(lambda job, outcome, error, took: ended.append((job.id, outcome, type(error))))
+    job_id = handler.defer(n=1)
+    db.execute("UPDATE cronbase.jobs SET payload = '{\"m\": 1}' WHERE id = %s", [job_id])
+    run_burst(app)
+    assert (started, ended) == ([], [(job_id, "dead", cronbase.PayloadError)])
+    assert app.jobs.get(job_id).status is cronbase.JobStatus.DEAD

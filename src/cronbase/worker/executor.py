@@ -99,12 +99,6 @@ async def execute(
     except UnknownTaskError as exc:
         # Possibly a deploy in progress: another worker may know the task, so retry later.
         return failure(job, exc, retry_in=60.0, give_up=False, duration=0.0)
-    try:
-        kwargs = task.arguments(job.payload)
-    except PayloadError as exc:
-        # Retrying cannot make the payload fit the handler.
-        return failure(job, exc, retry_in=0.0, give_up=True, duration=0.0)
-
     job.context = JobContext(
         id=job.id,
         task=job.task,
@@ -119,8 +113,16 @@ async def execute(
         _db=db,
         _on_progress=on_progress,
     )
-    set_current(job.context)
     hooks = task.hooks
+    try:
+        kwargs = task.arguments(job.payload)
+    except PayloadError as exc:
+        # Retrying cannot make the payload fit the handler. The attempt never started, but it
+        # ended: end hooks (error reporting) hear of it.
+        if hooks.job_end:
+            hooks.ended(job.context, "dead", exc, timedelta(0))
+        return failure(job, exc, retry_in=0.0, give_up=True, duration=0.0)
+    set_current(job.context)
     if not hooks.on_job:
         return await _attempt(task, kwargs, threads, job, started)
     hooks.started(job.context)
