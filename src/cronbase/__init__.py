@@ -6,6 +6,7 @@ from .context import JobContext, current_job
 from .effects import Effect, EffectRecord
 from .errors import (
     ConfigurationError,
+    ConnectionTypeError,
     CronbaseError,
     DatabaseUnavailableError,
     DatabaseURLError,
@@ -32,6 +33,7 @@ __all__ = [
     "App",
     "Backoff",
     "ConfigurationError",
+    "ConnectionTypeError",
     "CronbaseError",
     "DatabaseURLError",
     "DatabaseUnavailableError",

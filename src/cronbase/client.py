@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
+from .connections import async_connection, sync_connection
 from .errors import CronbaseError, JobNotFoundError, JobStateError
 from .job import Job, JobAttempt, JobStatus, Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
@@ -181,21 +182,17 @@ def _keyed_miss(task: str, opts: JobOptions) -> CronbaseError:
 
 
 def _sync_conn(connection: object) -> psycopg.Connection[Any]:
-    if not isinstance(connection, psycopg.Connection):
-        raise CronbaseError(
-            f"defer() needs a sync psycopg.Connection, got {type(connection).__name__}; "
-            "use defer_async() with an AsyncConnection"
-        )
-    return connection
+    if isinstance(connection, psycopg.Connection):
+        return connection
+    # A SQLAlchemy Session or Connection, or a mistake: connections.py tells which.
+    return sync_connection(connection)
 
 
-def _async_conn(connection: object) -> psycopg.AsyncConnection[Any]:
-    if not isinstance(connection, psycopg.AsyncConnection):
-        raise CronbaseError(
-            f"defer_async() needs a psycopg.AsyncConnection, got {type(connection).__name__}; "
-            "use defer() with a sync Connection"
-        )
-    return connection
+async def _async_conn(connection: object) -> psycopg.AsyncConnection[Any]:
+    if isinstance(connection, psycopg.AsyncConnection):
+        return connection
+    # A SQLAlchemy AsyncSession or AsyncConnection, or a mistake: connections.py tells which.
+    return await async_connection(connection)
 
 
 def _run_sync(
@@ -241,7 +238,7 @@ async def defer_one_async(
     connection: object | None,
     metadata: dict[str, Any] | None = None,
 ) -> int:
-    caller = None if connection is None else _async_conn(connection)
+    caller = None if connection is None else await _async_conn(connection)
     query, params = build_insert(
         db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
     )
@@ -281,7 +278,7 @@ async def defer_many_async(
     connection: object | None,
     metadata: dict[str, Any] | None = None,
 ) -> list[int]:
-    caller = None if connection is None else _async_conn(connection)
+    caller = None if connection is None else await _async_conn(connection)
     if not payloads:
         return []
     query, params = build_insert_many(

@@ -33,6 +33,11 @@ class PayloadError(CronbaseError, ValueError):
     """A payload that is not JSON, is too large, or does not fit the task's arguments."""
 
 
+class ConnectionTypeError(CronbaseError, TypeError):
+    """``connection=`` got what defer cannot write on: a sync object for defer_async (or the
+    reverse), an engine on another driver than psycopg 3, or something that is no connection."""
+
+
 class JobNotFoundError(CronbaseError):
     """No job with that id."""
 

@@ -17,8 +17,7 @@ from .job import Payload
 from .retry import Backoff
 
 if TYPE_CHECKING:
-    import psycopg
-
+    from .connections import CallerConnection
     from .db.database import Database
 
 P = ParamSpec("P")
@@ -182,7 +181,7 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         dedupe_key: str | None = None,
         on_duplicate: Literal["ignore", "replace"] = "ignore",
-        connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+        connection: CallerConnection | None = None,
     ) -> Deferral:
         """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``."""
         changes: dict[str, Any] = {
@@ -237,7 +236,7 @@ class Deferral:
         self,
         task: Task[Any, Any],
         options: JobOptions,
-        connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None,
+        connection: CallerConnection | None,
     ) -> None:
         self.task = task
         self.options = options

@@ -204,7 +204,10 @@ def test_a_connection_of_the_wrong_kind_is_refused_by_name(
 ) -> None:
     with psycopg.connect(database_url) as conn:
         deferral = send.configure(connection=conn)
-        with pytest.raises(cronbase.CronbaseError, match="got Connection; use defer"):
+        with pytest.raises(
+            cronbase.ConnectionTypeError,
+            match=r"got a psycopg.Connection, which is sync; use defer\(\)",
+        ):
             asyncio.run(deferral.defer_async(invoice_id=1))
     assert job_count(db) == 0
 

@@ -8,6 +8,7 @@ EXPECTED = [
     "App",
     "Backoff",
     "ConfigurationError",
+    "ConnectionTypeError",
     "CronbaseError",
     "DatabaseURLError",
     "DatabaseUnavailableError",
