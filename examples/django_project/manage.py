@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""The example Django project's manage.py: ``python manage.py migrate``, then
+``python manage.py cronbase worker``."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

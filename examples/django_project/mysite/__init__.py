@@ -1,0 +1,1 @@
+"""A minimal Django project using cronbase (examples/django_project/README section: Django)."""

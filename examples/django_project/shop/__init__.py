@@ -1,0 +1,1 @@
+"""The example project's shop: orders, and the jobs that confirm and summarize them."""

@@ -1,0 +1,36 @@
+"""What cronbase's Django migrations run: cronbase's own migrations (``cronbase.db.migrate``), on
+the configured database, in the configured schema, through Django's connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ...db.migrate import apply_migrations
+from .config import alias_url, configured
+from .connections import check_same_database
+
+
+def apply_schema(apps: Any, schema_editor: Any) -> None:
+    """RunPython's forward function: apply every pending cronbase migration (none when
+    ``cronbase migrate`` already did; each one runs once, under cronbase's advisory lock)."""
+    config, app = configured()
+    wrapper = schema_editor.connection
+    if config.alias is None or wrapper.alias != config.alias:
+        # cronbase's tables live in one database: `migrate --database other` leaves it alone.
+        return
+    wrapper.ensure_connection()
+    if config.app_path is not None:
+        check_same_database(config.alias, wrapper.connection, app)
+    if wrapper.in_atomic_block or not wrapper.get_autocommit():
+        # `migrate` run inside the caller's transaction (call_command in atomic()):
+        # apply_migrations commits each migration on its own, which needs autocommit, and
+        # switching it would end the caller's transaction. A connection of its own instead, to
+        # the database Django has now (a test database, under the test runner).
+        with psycopg.connect(alias_url(config.alias), autocommit=True) as own:
+            apply_migrations(own, app.schema)
+        return
+    # Outside a transaction (this migration is not atomic): Django's connection, in autocommit
+    # as Django keeps it between transactions.
+    apply_migrations(wrapper.connection, app.schema)
