@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -252,10 +251,7 @@ class App:
         thrown into it; whatever the middleware does, the outcome stays the handler's, and a
         middleware that raises is logged and ignored. The first registered is the outermost.
         """
-        if inspect.isgeneratorfunction(factory):
-            self.hooks.job_middleware.append(contextlib.contextmanager(factory))
-        else:
-            self.hooks.job_middleware.append(factory)
+        self.hooks.job_middleware.append(factory)
         return factory
 
     def get_task(self, name: str) -> Task[Any, Any]:

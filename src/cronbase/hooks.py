@@ -8,6 +8,7 @@ never loses a defer. With nothing registered, a defer and an attempt pay one att
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -15,7 +16,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .client import defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
+from .client import (
+    defer_many_async,
+    defer_many_sync,
+    defer_one_async,
+    defer_one_sync,
+    encode_metadata,
+)
+from .errors import CronbaseError
 
 if TYPE_CHECKING:
     import psycopg
@@ -71,12 +79,19 @@ def _name(func: object) -> str:
 @contextlib.contextmanager
 def _guarded(factory: Callable[[A], AbstractContextManager[object]], arg: A) -> Iterator[None]:
     """Enter ``factory(arg)`` around the block; its own errors are logged, never raised, and it
-    cannot swallow the block's exception (the job's outcome is the handler's)."""
+    cannot swallow the block's exception (the job's outcome is the handler's). A generator
+    function is taken as contextlib.contextmanager would make it."""
+    if inspect.isgeneratorfunction(factory):
+        factory = contextlib.contextmanager(factory)
+    entered = False
     try:
         manager = factory(arg)
         manager.__enter__()
+        entered = True
     except Exception:
         logger.exception("%s raised on entry; ignored", _name(factory))
+    if not entered:
+        # Outside the except block: the block's own exception must not chain to this one.
         yield
         return
     try:
@@ -94,6 +109,30 @@ def _guarded(factory: Callable[[A], AbstractContextManager[object]], arg: A) -> 
         logger.exception("%s raised on exit; ignored", _name(factory))
 
 
+@contextlib.contextmanager
+def _entered(
+    factories: Sequence[Callable[[A], AbstractContextManager[object]]], arg: A
+) -> Iterator[None]:
+    """Every factory's manager entered around the block, the first outermost, each guarded."""
+    with contextlib.ExitStack() as stack:
+        for factory in factories:
+            stack.enter_context(_guarded(factory, arg))
+        yield
+
+
+def _stored_metadata(call: DeferCall) -> dict[str, JSONValue] | None:
+    """The call's metadata if it can be stored as JSON; otherwise None, logged: a middleware's
+    mistake must not lose the defer."""
+    if not call.metadata:
+        return None
+    try:
+        encode_metadata(call.metadata)
+    except CronbaseError as exc:
+        logger.error("job metadata of a defer of %s dropped: %s", call.task, exc)
+        return None
+    return call.metadata
+
+
 class Hooks:
     """What an App runs around defers and attempts; ``app.hooks``, shared by its tasks."""
 
@@ -106,7 +145,7 @@ class Hooks:
         self.interceptor: Interceptor | None = None
 
     @property
-    def on_defer(self) -> bool:
+    def has_defer_hooks(self) -> bool:
         """Whether a defer has more to do than write its row."""
         return (
             self.interceptor is not None
@@ -115,7 +154,7 @@ class Hooks:
         )
 
     @property
-    def on_job(self) -> bool:
+    def has_job_hooks(self) -> bool:
         """Whether an attempt has hooks or middleware to run."""
         return bool(self.job_start or self.job_end or self.job_middleware)
 
@@ -130,14 +169,10 @@ class Hooks:
                 return found
         return None
 
-    @contextlib.contextmanager
-    def around_defer(self, call: DeferCall) -> Iterator[None]:
+    def around_defer(self, call: DeferCall) -> AbstractContextManager[None]:
         """The defer middleware entered around one defer (for anyone who defers another way,
         as testing's inline mode does)."""
-        with contextlib.ExitStack() as stack:
-            for middleware in self.defer_middleware:
-                stack.enter_context(_guarded(middleware, call))
-            yield
+        return _entered(self.defer_middleware, call)
 
     def defer(
         self,
@@ -155,7 +190,7 @@ class Hooks:
         connection = self._connection(connection)
         call = DeferCall(task.name, options.queue, payloads)
         with self.around_defer(call):
-            metadata = call.metadata or None
+            metadata = _stored_metadata(call)
             if many:
                 ids = defer_many_sync(db, task.name, options, payloads, connection, metadata)
             else:
@@ -178,7 +213,7 @@ class Hooks:
             return await self.interceptor.defer_async(task, options, payloads)
         call = DeferCall(task.name, options.queue, payloads)
         with self.around_defer(call):
-            metadata = call.metadata or None
+            metadata = _stored_metadata(call)
             if many:
                 ids = await defer_many_async(db, task.name, options, payloads, connection, metadata)
             else:
@@ -213,18 +248,11 @@ class Hooks:
             except Exception:
                 logger.exception("on_job_end hook %s raised; ignored", _name(hook))
 
-    @contextlib.contextmanager
-    def _middleware(self, context: JobContext) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for middleware in self.job_middleware:
-                stack.enter_context(_guarded(middleware, context))
-            yield
-
     def call(self, context: JobContext, func: Callable[..., T], kwargs: dict[str, Any]) -> T:
         """``func(**kwargs)`` inside the job middleware (a sync handler, in its own thread)."""
         if not self.job_middleware:
             return func(**kwargs)
-        with self._middleware(context):
+        with _entered(self.job_middleware, context):
             return func(**kwargs)
 
     async def call_async(
@@ -233,5 +261,5 @@ class Hooks:
         """``await func(**kwargs)`` inside the job middleware (an async handler)."""
         if not self.job_middleware:
             return await func(**kwargs)
-        with self._middleware(context):
+        with _entered(self.job_middleware, context):
             return await func(**kwargs)

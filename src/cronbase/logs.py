@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 from .context import running_job
@@ -52,6 +55,23 @@ class TextFormatter(logging.Formatter):
         return f"{first} [{fields}]{newline}{rest}"
 
 
+_MAKE_RECORD = logging.Logger.makeRecord.__code__
+
+
+def _extra_keys(frame: FrameType | None) -> Collection[str]:
+    """The ``extra=`` keys of the log call that is creating a record, when the stdlib's
+    Logger.makeRecord is the caller: it refuses an extra key the new record already has
+    (KeyError "Attempt to overwrite 'task' in LogRecord"), so the caller's own field wins."""
+    for _ in range(4):  # other record factories may wrap this one (OpenTelemetry's does)
+        if frame is None:
+            break
+        if frame.f_code is _MAKE_RECORD:
+            extra = frame.f_locals.get("extra")
+            return extra.keys() if isinstance(extra, Mapping) else ()
+        frame = frame.f_back
+    return ()
+
+
 def install_job_context() -> None:
     """Make every log record created while a handler runs carry its job's ``job_id``, ``task``
     and ``attempt``, whichever logger and handler it goes to (the worker calls this; idempotent).
@@ -59,7 +79,7 @@ def install_job_context() -> None:
     A record factory, not a filter: a filter on one logger misses records of its children and of
     handlers the application installs itself. The job comes from current_job()'s contextvar, so
     each concurrent job's records carry its own fields. A field the caller passed in ``extra=``
-    is left as it is.
+    wins (``log.info("...", extra={"task": "sync"})`` keeps its ``task``).
     """
     previous = logging.getLogRecordFactory()
     if getattr(previous, "adds_job_fields", False):
@@ -68,9 +88,14 @@ def install_job_context() -> None:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         job = running_job()
-        if job is not None:
+        if job is None:
+            return record
+        taken = _extra_keys(sys._getframe(1))
+        if "job_id" not in taken:
             record.job_id = job.id
+        if "task" not in taken:
             record.task = job.task
+        if "attempt" not in taken:
             record.attempt = job.attempt
         return record
 

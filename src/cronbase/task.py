@@ -206,19 +206,12 @@ class Task(Generic[P, R]):
         """Enqueue a job now; returns its id. ``send_invoice.defer(invoice_id=812)``."""
         # What Deferral.defer does, without building a Deferral per call.
         self.check_payload(payload)
-        if self.hooks.on_defer:
-            return self.hooks.defer(self.db, self, self.options(), [payload], None, many=False)[0]
-        return defer_one_sync(self.db, self.name, self.options(), payload, None)
+        return self._send([payload], self.options(), None, many=False)[0]
 
     async def defer_async(self, **payload: Any) -> int:
         """Async twin of :meth:`defer`."""
         self.check_payload(payload)
-        if self.hooks.on_defer:
-            ids = await self.hooks.defer_async(
-                self.db, self, self.options(), [payload], None, many=False
-            )
-            return ids[0]
-        return await defer_one_async(self.db, self.name, self.options(), payload, None)
+        return (await self._send_async([payload], self.options(), None, many=False))[0]
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
         """Enqueue many jobs in one round trip; ids in input order."""
@@ -227,6 +220,27 @@ class Task(Generic[P, R]):
     async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
         """Async twin of :meth:`defer_many`."""
         return await Deferral(self, self.options(), None).defer_many_async(payloads)
+
+    def _send(
+        self, payloads: list[Payload], options: JobOptions, connection: object, *, many: bool
+    ) -> list[int]:
+        """Checked payloads to the database: through the hooks when any are set."""
+        if self.hooks.has_defer_hooks and payloads:
+            return self.hooks.defer(self.db, self, options, payloads, connection, many=many)
+        if many:
+            return defer_many_sync(self.db, self.name, options, payloads, connection)
+        return [defer_one_sync(self.db, self.name, options, payloads[0], connection)]
+
+    async def _send_async(
+        self, payloads: list[Payload], options: JobOptions, connection: object, *, many: bool
+    ) -> list[int]:
+        if self.hooks.has_defer_hooks and payloads:
+            return await self.hooks.defer_async(
+                self.db, self, options, payloads, connection, many=many
+            )
+        if many:
+            return await defer_many_async(self.db, self.name, options, payloads, connection)
+        return [await defer_one_async(self.db, self.name, options, payloads[0], connection)]
 
 
 class Deferral:
@@ -243,43 +257,22 @@ class Deferral:
         self.connection = connection
 
     def defer(self, **payload: Any) -> int:
-        task = self.task
-        task.check_payload(payload)
-        if task.hooks.on_defer:
-            ids = task.hooks.defer(
-                task.db, task, self.options, [payload], self.connection, many=False
-            )
-            return ids[0]
-        return defer_one_sync(task.db, task.name, self.options, payload, self.connection)
+        self.task.check_payload(payload)
+        return self.task._send([payload], self.options, self.connection, many=False)[0]
 
     async def defer_async(self, **payload: Any) -> int:
-        task = self.task
-        task.check_payload(payload)
-        if task.hooks.on_defer:
-            ids = await task.hooks.defer_async(
-                task.db, task, self.options, [payload], self.connection, many=False
-            )
-            return ids[0]
-        return await defer_one_async(task.db, task.name, self.options, payload, self.connection)
+        self.task.check_payload(payload)
+        ids = await self.task._send_async([payload], self.options, self.connection, many=False)
+        return ids[0]
 
     def defer_many(self, payloads: Sequence[Payload]) -> list[int]:
         payloads = list(payloads)  # checked, then inserted: a generator would be used up
-        task = self.task
         for payload in payloads:
-            task.check_payload(payload)
-        if task.hooks.on_defer and payloads:
-            return task.hooks.defer(
-                task.db, task, self.options, payloads, self.connection, many=True
-            )
-        return defer_many_sync(task.db, task.name, self.options, payloads, self.connection)
+            self.task.check_payload(payload)
+        return self.task._send(payloads, self.options, self.connection, many=True)
 
     async def defer_many_async(self, payloads: Sequence[Payload]) -> list[int]:
         payloads = list(payloads)  # checked, then inserted: a generator would be used up
-        task = self.task
         for payload in payloads:
-            task.check_payload(payload)
-        if task.hooks.on_defer and payloads:
-            return await task.hooks.defer_async(
-                task.db, task, self.options, payloads, self.connection, many=True
-            )
-        return await defer_many_async(task.db, task.name, self.options, payloads, self.connection)
+            self.task.check_payload(payload)
+        return await self.task._send_async(payloads, self.options, self.connection, many=True)

@@ -123,3 +123,27 @@ def test_the_worker_command_logs_handler_lines_with_the_job(
     }
     # The worker's own lines outside any job carry none.
     assert any(r["logger"] == "cronbase" and "job_id" not in r for r in records), records
+
+
+def test_a_handlers_own_extra_fields_win_and_do_not_fail_the_job(
+    app: cronbase.App, collected: list[logging.LogRecord]
+) -> None:
+    log = logging.getLogger("shop.sync")
+
+    @app.task
+    def sync(n: int) -> None:
+        # Without care, logging refuses an extra key the record already has (KeyError).
+        log.info("syncing %d", n, extra={"task": "nightly-sync", "attempt": "third"})
+        log.info("synced %d", n)
+
+    job_id = sync.defer(n=1)
+    app.run_worker(burst=True, install_signal_handlers=False, retention=None)
+    assert app.jobs.get(job_id).status is cronbase.JobStatus.SUCCEEDED
+    fields = {
+        r.getMessage(): (getattr(r, "job_id", None), getattr(r, "task", None), r.attempt)
+        for r in collected
+    }
+    assert fields == {
+        "syncing 1": (job_id, "nightly-sync", "third"),
+        "synced 1": (job_id, "sync", 1),
+    }

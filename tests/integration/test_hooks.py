@@ -3,6 +3,7 @@ real worker on the test database: what they see, and that a hook that raises cha
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -15,6 +16,7 @@ import pytest
 
 import cronbase
 from cronbase.hooks import DeferCall
+from tests.e2e.harness import running_worker
 
 NO_RETRY_SOON = cronbase.Backoff(base=timedelta(hours=1), jitter=0)
 
@@ -294,3 +296,64 @@ def test_end_hooks_hear_of_a_job_whose_payload_does_not_fit(
     run_burst(app)
     assert (started, ended) == ([], [(job_id, "dead", cronbase.PayloadError)])
     assert app.jobs.get(job_id).status is cronbase.JobStatus.DEAD
+
+
+@pytest.mark.anyio
+async def test_end_hooks_hear_of_an_attempt_cancelled_at_shutdown(app: cronbase.App) -> None:
+    running = asyncio.Event()
+    events: list[tuple[Any, ...]] = []
+
+    @app.task
+    async def forever() -> None:
+        running.set()
+        await asyncio.sleep(3600)
+
+    app.on_job_start(lambda job: events.append(("start", job.id)))
+    app.on_job_end(
+        lambda job, outcome, error, took: events.append(("end", job.id, outcome, type(error)))
+    )
+    job_id = await forever.defer_async()
+    async with running_worker(app, shutdown_grace=timedelta(milliseconds=200)):
+        await asyncio.wait_for(running.wait(), 20)
+    assert events == [("start", job_id), ("end", job_id, "released", asyncio.CancelledError)]
+    job = await app.jobs.get_async(job_id)
+    assert (job.status, job.attempts) == (cronbase.JobStatus.QUEUED, 0)  # handed back, uncounted
+
+
+def test_a_failing_middleware_entry_does_not_chain_to_the_handlers_error(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    @app.middleware
+    def broken(job: cronbase.JobContext) -> Iterator[None]:
+        raise KeyError("middleware entry")
+        yield
+
+    @app.task(retry=NO_RETRY_SOON)
+    def handler() -> None:
+        raise ValueError("the handler's own")
+
+    job_id = handler.defer()
+    run_burst(app)
+    (traceback,) = db.execute(
+        "SELECT traceback FROM cronbase.job_attempts WHERE job_id = %s", [job_id]
+    ).fetchone() or ("",)
+    assert "ValueError: the handler's own" in traceback
+    assert "middleware entry" not in traceback  # no "During handling of ..." from the middleware
+
+
+def test_metadata_json_cannot_hold_is_dropped_not_the_defer(
+    app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    def odd(call: DeferCall) -> Iterator[None]:  # a generator function works as middleware too
+        call.metadata["seen"] = {1, 2}  # a set: not JSON
+        yield
+
+    app.hooks.defer_middleware.append(odd)  # type: ignore[arg-type]
+
+    @app.task
+    def handler() -> None: ...
+
+    with caplog.at_level(logging.ERROR, logger="cronbase"):
+        job_id = handler.defer()
+    assert db.execute("SELECT id, metadata FROM cronbase.jobs").fetchall() == [(job_id, None)]
+    assert any("metadata of a defer of handler dropped" in r.getMessage() for r in caplog.records)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
 from ..errors import DatabaseUnavailableError, LeaseLostError, PayloadError, UnknownTaskError
+from ..job import outcome_status
 from ..task import find_task
 from .claim import ClaimedJob, Undecodable
 
@@ -123,13 +124,23 @@ async def execute(
             hooks.ended(job.context, "dead", exc, timedelta(0))
         return failure(job, exc, retry_in=0.0, give_up=True, duration=0.0)
     set_current(job.context)
-    if not hooks.on_job:
+    # Plain attribute reads, not Hooks.has_job_hooks: this runs once per job.
+    if not (hooks.job_start or hooks.job_end or hooks.job_middleware):
         return await _attempt(task, kwargs, threads, job, started)
     hooks.started(job.context)
-    outcome = await _attempt(task, kwargs, threads, job, started)
+    try:
+        outcome = await _attempt(task, kwargs, threads, job, started)
+    except asyncio.CancelledError as exc:
+        # Cancelled: its lease was lost, or the worker stopped past its grace period (the job
+        # is handed back). End hooks still pair with the start hooks.
+        name = "lost" if job.context.lease_lost else "released"
+        hooks.ended(job.context, name, exc, timedelta(seconds=time.monotonic() - started))
+        raise
     name = outcome.outcome
-    if name == "failed" and job.attempt >= job.max_attempts:
-        name = "dead"  # what finish_jobs will record: no attempt left
+    if name == "failed":  # dead when no attempt is left, as finish_jobs will record it
+        name = outcome_status(
+            succeeded=False, give_up=False, attempts=job.attempt, max_attempts=job.max_attempts
+        ).value
     hooks.ended(job.context, name, outcome.exception, timedelta(seconds=outcome.duration))
     return outcome
 
@@ -201,13 +212,14 @@ async def _attempt(
 async def _call(
     task: Task[Any, Any], kwargs: dict[str, Any], threads: ThreadPoolExecutor, context: JobContext
 ) -> None:
+    middleware = task.hooks.job_middleware
     if task.is_async:
-        if task.hooks.job_middleware:
+        if middleware:
             await task.hooks.call_async(context, task.func, kwargs)
         else:
             await task.func(**kwargs)
         return
-    if task.hooks.job_middleware:
+    if middleware:
         # The middleware runs in the handler's thread, so what it sets (thread-locals, a
         # Sentry scope) is what the handler sees.
         call = functools.partial(task.hooks.call, context, task.func, kwargs)
