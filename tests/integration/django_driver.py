@@ -29,7 +29,7 @@ import django  # noqa: E402  # after the settings module is known
 
 django.setup()
 
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection, connections, transaction  # noqa: E402
 from shop.models import Order  # noqa: E402
 
 from cronbase.contrib.django import get_app  # noqa: E402
@@ -187,6 +187,50 @@ def fresh_connections() -> dict[str, Any]:
     return seen
 
 
+def follow() -> dict[str, Any]:
+    """Django's connection moves to another database (OTHER_DATABASE), as the test runner moves it
+    to test_<name>: the App follows at the next connect, and closes the pools it had."""
+    app = get_app()
+    old = app.db
+    confirm_order.defer(order_id=1)  # the project's database, on cronbase's sync pool
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)  # never keeps a failure up
+    thread.start()
+    async_pool = asyncio.run_coroutine_threadsafe(app.async_pool(), loop).result(timeout=30)
+
+    other = os.environ["OTHER_DATABASE"]
+    # A copy of the alias's settings (as the test runner's connection to "postgres"): not followed.
+    wrapper = connections["default"]
+    copy = type(wrapper)({**wrapper.settings_dict, "NAME": other}, wrapper.alias)
+    copy.ensure_connection()
+    copy.close()
+    followed_copy = app.db is not old
+
+    connection.settings_dict["NAME"] = other
+    connection.ensure_connection()
+    confirm_order.defer(order_id=2)
+
+    async def settled() -> None:
+        # The old async pool's close, scheduled on its loop, and the pool's own tasks: all end.
+        await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))
+
+    asyncio.run_coroutine_threadsafe(settled(), loop).result(timeout=30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
+    with psycopg.connect(app.database_url, autocommit=True) as conn:
+        there = [r[0] for r in conn.execute(f"SELECT payload->'order_id' FROM {SCHEMA}.jobs")]
+    return {
+        "followed_copy": followed_copy,
+        "database": psycopg.conninfo.conninfo_to_dict(app.database_url)["dbname"] == other,
+        "tasks_moved": confirm_order.db is app.db and app.jobs.db is app.db,
+        "old_pool_closed": old._pool is None,
+        "old_async_pool_closed": async_pool.closed,
+        "after": committed_jobs(),
+        "there": there,
+    }
+
+
 SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
     f.__name__: f
     for f in (
@@ -199,6 +243,7 @@ SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
         migrate_in_atomic,
         call_cronbase,
         fresh_connections,
+        follow,
     )
 }
 

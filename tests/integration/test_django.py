@@ -409,3 +409,175 @@ def test_a_users_own_app_on_another_database_is_refused_at_the_first_atomic_defe
     assert line.endswith(
         "or set settings.CRONBASE['DATABASE'] = None to keep jobs out of Django's transactions"
     )
+
+
+# -- Django's test runner: the App follows Django to the test database ------------------------------
+
+
+def dbname(url: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
+
+
+@pytest.fixture
+def kept_test_database(site: Site, server_url: str) -> Iterator[str]:
+    """The URL of the test database ``manage.py test --keepdb`` leaves behind, dropped after."""
+    url = make_conninfo(site.url, dbname=f"test_{dbname(site.url)}")
+    yield url
+    drop_database(server_url, url)
+
+
+def rows_of(url: str, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(query).fetchall()
+
+
+def test_manage_test_runs_the_shops_tests_on_the_test_database(
+    site: Site, kept_test_database: str
+) -> None:
+    site.ok("migrate")  # the project's own database, with cronbase's tables: must stay empty
+    result = site.run("test", "shop", "--keepdb", "--noinput")
+    assert result.returncode == 0, result.stderr
+    assert "Ran 3 tests" in result.stderr
+    # The Django migration created cronbase's schema in the test database.
+    assert rows_of(kept_test_database, "SELECT max(version) FROM cronbase.migrations") == [
+        (migrate.LATEST_VERSION,)
+    ]
+    # The TransactionTestCase's job, deferred outside atomic() on cronbase's own pool and run by
+    # the burst worker in the test: in the test database, which Django flushed of its orders
+    # (cronbase's tables are not Django's: flush leaves them).
+    assert rows_of(kept_test_database, "SELECT task, status FROM cronbase.jobs") == [
+        ("confirm_order", "succeeded")
+    ]
+    assert rows_of(kept_test_database, "SELECT count(*) FROM shop_order") == [(0,)]
+    # The project's database saw nothing.
+    assert site.rows("SELECT count(*) FROM cronbase.jobs") == [(0,)]
+    assert site.rows("SELECT count(*) FROM shop_order") == [(0,)]
+
+
+# The user's App, on the project's database, and a test of Django's runner that uses it. The
+# shop's tasks register on it too (the project's urls import them): another task name here.
+USER_APP_TESTED = """
+import os
+
+import cronbase
+
+app = cronbase.App(os.environ["DATABASE_URL"])
+
+
+@app.task
+def notify_customer(order_id: int) -> None:
+    pass
+"""
+
+
+def test_manage_test_in_parallel_puts_each_workers_jobs_in_its_clone(
+    site: Site, kept_test_database: str, server_url: str
+) -> None:
+    # Each worker process connects to its own clone of the test database (test_<name>_1...): the
+    # App of each follows its clone.
+    clones = [make_conninfo(site.url, dbname=f"{dbname(kept_test_database)}_{n}") for n in (1, 2)]
+    try:
+        result = site.run("test", "shop", "--keepdb", "--noinput", "--parallel", "2")
+        assert result.returncode == 0, result.stderr
+        assert "Ran 3 tests" in result.stderr
+        jobs = [rows_of(url, "SELECT task, status FROM cronbase.jobs") for url in clones]
+        assert sorted(jobs) == [[], [("confirm_order", "succeeded")]]
+        assert rows_of(kept_test_database, "SELECT count(*) FROM cronbase.jobs") == [(0,)]
+    finally:
+        for url in clones:
+            drop_database(server_url, url)
+
+
+def test_with_migrations_off_in_tests_migrate_still_creates_the_schema(
+    site: Site, kept_test_database: str
+) -> None:
+    # Django's TEST MIGRATE False (pytest-django's --nomigrations alike): no migration runs,
+    # cronbase's schema comes at the end of migrate, as the tables of apps without migrations.
+    site.settings("DATABASES['default']['TEST'] = {'MIGRATE': False}")
+    result = site.run("test", "shop", "--keepdb", "--noinput")
+    assert result.returncode == 0, result.stderr
+    assert rows_of(kept_test_database, "SELECT max(version) FROM cronbase.migrations") == [
+        (migrate.LATEST_VERSION,)
+    ]
+    # No migration ran, not even Django's record of them.
+    assert rows_of(kept_test_database, "SELECT to_regclass('django_migrations')") == [(None,)]
+    assert site.rows("SELECT to_regnamespace('cronbase')") == [(None,)]
+
+
+USER_TESTS = """
+from django.test import TransactionTestCase
+
+import cronbase.testing
+from userapp import app, notify_customer
+
+
+class UserAppTests(TransactionTestCase):
+    def test_a_job_runs_on_the_test_database(self):
+        notify_customer.defer(order_id=5)
+        drained = cronbase.testing.drain(app)
+        drained.assert_all_succeeded()
+        assert [job.payload for job in drained] == [{"order_id": 5}]
+"""
+
+
+def test_a_users_own_app_follows_django_to_the_test_database_and_says_so(
+    site: Site, kept_test_database: str
+) -> None:
+    (site.folder / "userapp.py").write_text(USER_APP_TESTED)
+    (site.folder / "usertests.py").write_text(USER_TESTS)
+    site.settings('CRONBASE = {"APP": "userapp:app", "TASKS_MODULE": None}')
+    site.ok("migrate")
+    result = site.run("test", "usertests", "--keepdb", "--noinput")
+    assert result.returncode == 0, result.stderr
+    assert "Ran 1 test" in result.stderr
+    test_name = dbname(kept_test_database)
+    assert (
+        f"DATABASES['default'] moved to database {test_name!r} (Django's test runner?); the App "
+        "of settings.CRONBASE['APP'] (userapp:app) follows it there, with the rest of its URL"
+    ) in result.stderr.splitlines()
+    assert rows_of(kept_test_database, "SELECT payload FROM cronbase.jobs") == [({"order_id": 5},)]
+    assert site.rows("SELECT count(*) FROM cronbase.jobs") == [(0,)]
+
+
+def test_the_app_follows_djangos_connection_and_closes_the_pools_it_left(
+    migrated: Site, server_url: str
+) -> None:
+    other = new_database(server_url)
+    try:
+        with psycopg.connect(other, autocommit=True) as conn:
+            migrate.apply_migrations(conn, "cronbase")
+        migrated.extra_env["OTHER_DATABASE"] = dbname(other)
+        assert migrated.scenario("follow") == {
+            "followed_copy": False,
+            "database": True,
+            "tasks_moved": True,
+            "old_pool_closed": True,
+            "old_async_pool_closed": True,
+            "after": [1],
+            "there": [2],
+        }
+    finally:
+        drop_database(server_url, other)
+
+
+# -- manage.py cronbase's name in help and usage lines ----------------------------------------------
+
+
+def test_manage_cronbase_help_names_manage_py(migrated: Site) -> None:
+    for args in (("cronbase", "--help"), ("cronbase",), ("help", "cronbase")):
+        out = migrated.ok(*args)
+        assert out.startswith("Usage: manage.py cronbase [OPTIONS] COMMAND [ARGS]..."), args
+    out = migrated.ok("cronbase", "worker", "--help")
+    assert out.startswith("Usage: manage.py cronbase worker [OPTIONS]")
+    bad = migrated.run("cronbase", "wrker")
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "error: No such command 'wrker'. Did you mean 'worker'?\n",
+    )
+
+
+def test_the_console_script_keeps_its_own_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from cronbase.cli.main import main
+
+    assert main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith("Usage: cronbase [OPTIONS] COMMAND [ARGS]...")

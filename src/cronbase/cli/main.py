@@ -345,13 +345,17 @@ def demo() -> None:
 # -- entry point ---------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The console script: runs ``cli`` and turns errors into one line and an exit code."""
+def main(argv: Sequence[str] | None = None, *, prog_name: str = "cronbase") -> int:
+    """The console script: runs ``cli`` and turns errors into one line and an exit code.
+
+    ``prog_name`` is what help and usage lines call the command (``manage.py cronbase`` when
+    Django's management command runs it).
+    """
     settings = Settings()
     try:
         result = cli.main(
             args=list(argv) if argv is not None else None,
-            prog_name="cronbase",
+            prog_name=prog_name,
             standalone_mode=False,
             obj=settings,
         )
@@ -369,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo("error: interrupted", err=True)
         return EXIT_INTERRUPTED
     except psycopg.errors.UndefinedTable as exc:
-        message = f"{_first_line(exc)}: run `cronbase migrate` first"
+        message = f"{_first_line(exc)}: run `{prog_name} migrate` first"
         return _fail(settings, exc, message, EXIT_BAD_INPUT)
     except psycopg.Error as exc:
         return _fail(settings, exc, f"database error: {_first_line(exc)}", EXIT_FAILED)

@@ -4,7 +4,8 @@ Add ``"cronbase.contrib.django"`` to ``INSTALLED_APPS``; ``settings.CRONBASE`` s
 ``{"DATABASE": "default"}`` (the default) builds one on that database, ``{"APP": "pkg.mod:app"}``
 uses yours. Then ``from cronbase.contrib.django import app`` in your apps' ``tasks.py``,
 ``manage.py migrate`` creates cronbase's tables, ``manage.py cronbase worker`` runs the jobs, and
-a defer inside ``transaction.atomic()`` commits or rolls back with it.
+a defer inside ``transaction.atomic()`` commits or rolls back with it. Under Django's test runner
+the App follows Django to the test database (see ``follow.py``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
 """The Django app (``"cronbase.contrib.django"`` in ``INSTALLED_APPS``): builds the App from
 ``settings.CRONBASE``, imports each installed app's ``tasks`` module, and joins the App to Django's
-transactions and connection handling."""
+transactions and connection handling, and to the test database under Django's test runner."""
 
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 from .config import configured
 from .connections import AtomicConnection, fresh_django_connections
+from .follow import DatabaseFollower
+from .schema import apply_schema_without_migrations
 
 
 class CronbaseConfig(AppConfig):  # type: ignore[misc]  # django has no type hints here
@@ -25,4 +29,10 @@ class CronbaseConfig(AppConfig):  # type: ignore[misc]  # django has no type hin
         if config.alias is not None:
             source = AtomicConnection(config.alias, app, check=config.app_path is not None)
             app.hooks.connection_sources.append(source)
+            # The test runner points the alias at its test database after this: the App
+            # follows when Django connects there. One receiver, however often ready() runs.
+            connection_created.connect(
+                DatabaseFollower(config, app), weak=False, dispatch_uid="cronbase-follow"
+            )
         app.hooks.job_middleware.append(fresh_django_connections)
+        post_migrate.connect(apply_schema_without_migrations, sender=self)

@@ -118,7 +118,13 @@ def check_alias(alias: str) -> None:
 
 def alias_url(alias: str) -> str:
     """A libpq connection string for ``alias``, from Django's own connection parameters."""
-    params = connections[alias].get_connection_params()
+    return connection_url(connections[alias])
+
+
+def connection_url(wrapper: Any) -> str:
+    """A libpq connection string for a Django connection (a ``DatabaseWrapper``), from the
+    parameters it connects with now (under the test runner: the test database's)."""
+    params = wrapper.get_connection_params()
     return make_conninfo(**{k: v for k, v in params.items() if k in _LIBPQ_KEYWORDS})
 
 

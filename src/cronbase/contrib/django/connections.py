@@ -18,6 +18,7 @@ from ...errors import ConfigurationError
 if TYPE_CHECKING:
     from ...app import App
     from ...context import JobContext
+    from ...db.database import Database
 
 # Enough to tell two databases apart: the same name and port on two servers differ in their
 # start time. Plain functions any role may call.
@@ -55,8 +56,10 @@ class AtomicConnection:
     def __init__(self, alias: str, app: App, *, check: bool) -> None:
         self.alias = alias
         self.app = app
-        # Only a user's App can point elsewhere; one built on the alias cannot.
-        self._is_checked = not check
+        # Only a user's App can point elsewhere; one built on the alias cannot. Checked once per
+        # database the App is on (it moves to the test database under Django's test runner).
+        self.is_checking = check
+        self._checked: Database | None = None
 
     def __call__(self) -> psycopg.Connection[Any] | None:
         # connections[alias] is this thread's own wrapper: another thread's atomic block is not
@@ -67,9 +70,10 @@ class AtomicConnection:
         # atomic() has connected (it turned autocommit off); the savepoints of inner blocks are
         # on this same connection, so a rolled-back inner block takes the job with it.
         conn: psycopg.Connection[Any] = wrapper.connection
-        if not self._is_checked:
+        db = self.app.db
+        if self.is_checking and self._checked is not db:
             check_same_database(self.alias, conn, self.app)
-            self._is_checked = True
+            self._checked = db
         return conn
 
 
@@ -86,6 +90,12 @@ def fresh_django_connections(job: JobContext) -> Iterator[None]:
     else:
         # An async handler, on the worker's loop: Django refuses to close connections from async
         # code (its ORM calls go through sync_to_async threads, whose connections these are not).
+        yield
+        return
+    if any(wrapper.in_atomic_block for wrapper in connections.all(initialized_only=True)):
+        # The handler runs inside its caller's transaction (cronbase.testing.inline in a
+        # TestCase, whose test is one atomic block): closing the connection would end it. Django's
+        # test client skips its own close_old_connections for the same reason.
         yield
         return
     reset_queries()

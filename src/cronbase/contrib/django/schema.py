@@ -1,11 +1,14 @@
 """What cronbase's Django migrations run: cronbase's own migrations (``cronbase.db.migrate``), on
-the configured database, in the configured schema, through Django's connection."""
+the configured database, in the configured schema, through Django's connection; and the same at
+the end of ``migrate`` when those Django migrations are turned off (as tests often do)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import psycopg
+from django.db import connections
+from django.db.migrations.loader import MigrationLoader
 
 from ...db.migrate import apply_migrations
 from .config import alias_url, configured
@@ -15,8 +18,23 @@ from .connections import check_same_database
 def apply_schema(apps: Any, schema_editor: Any) -> None:
     """RunPython's forward function: apply every pending cronbase migration (none when
     ``cronbase migrate`` already did; each one runs once, under cronbase's advisory lock)."""
+    ensure_schema(schema_editor.connection)
+
+
+def apply_schema_without_migrations(sender: Any, using: str, **kwargs: Any) -> None:
+    """``post_migrate`` receiver: with cronbase's Django migrations turned off (the test
+    database's ``"TEST": {"MIGRATE": False}``, pytest-django's ``--nomigrations``,
+    ``MIGRATION_MODULES = {"cronbase": None}``), ``migrate`` still creates cronbase's schema, as
+    it creates the tables of apps without migrations."""
+    module, _ = MigrationLoader.migrations_module(sender.label)
+    if module is None:
+        ensure_schema(connections[using])
+
+
+def ensure_schema(wrapper: Any) -> None:
+    """Bring cronbase's schema up to date on the database of ``wrapper`` (a Django connection)
+    when it is the configured alias's."""
     config, app = configured()
-    wrapper = schema_editor.connection
     if config.alias is None or wrapper.alias != config.alias:
         # cronbase's tables live in one database: `migrate --database other` leaves it alone.
         return

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError
@@ -16,9 +17,23 @@ APP_PATH = "cronbase.contrib.django:app"
 _DJANGO_OPTIONS = ("--settings", "--pythonpath")
 
 
-def run(args: list[str]) -> int:
+# What help and usage lines call the command when manage.py's own name is not known
+# (call_command).
+PROG_NAME = "manage.py cronbase"
+
+
+def run(args: list[str], prog_name: str = PROG_NAME) -> int:
     """Run the cronbase CLI on settings.CRONBASE's App; returns its exit code."""
-    return main(["--app", APP_PATH, *args])
+    return main(["--app", APP_PATH, *args], prog_name=prog_name)
+
+
+def prog_name_of(argv: list[str]) -> str:
+    """``manage.py cronbase``, ``django-admin cronbase``: as Django's ManagementUtility names
+    the program (``python -m django`` for its __main__)."""
+    program = os.path.basename(argv[0])
+    if program == "__main__.py":
+        program = "python -m django"
+    return f"{program} {argv[1]}"
 
 
 def without_django_options(args: list[str]) -> list[str]:
@@ -43,10 +58,11 @@ class Command(BaseCommand):  # type: ignore[misc]  # django has no type hints he
         # Every argument goes to cronbase's click CLI as it is: Django's argparse would refuse
         # its options (worker --burst) and its subcommands' own --help.
         args = without_django_options(argv[2:])
-        raise SystemExit(run(args or ["--help"]))
+        raise SystemExit(run(args or ["--help"], prog_name_of(argv)))
 
     def print_help(self, prog_name: str, subcommand: str) -> None:
-        run(["--help"])
+        # manage.py help cronbase
+        run(["--help"], f"{prog_name} {subcommand}")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         # For call_command("cronbase", "worker", "--burst"): everything after the name.
