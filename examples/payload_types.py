@@ -36,7 +36,9 @@ def send_bill(
     customer: UUID, plan: Plan, lines: list[Line], due: datetime, grace: timedelta
 ) -> None:
     total = sum(line.price * line.quantity for line in lines)
-    print(f"{plan.name} bill of {total} for {customer}, due {due + grace:%Y-%m-%d %H:%M %Z}")
+    # due arrives with its UTC offset, not a zone's name (ISO 8601 has none): print the offset.
+    until = (due + grace).isoformat(timespec="minutes")
+    print(f"{plan.name} bill of {total} for {customer}, due {until}")
 
 
 def bill_yearly(customer: UUID, seats: int, due: datetime) -> int:
@@ -59,4 +61,4 @@ if __name__ == "__main__":
     bill_yearly(customer, 3, datetime(2026, 3, 1, 9, 0, tzinfo=UTC))
     app.run_worker(burst=True)
     # payload for task 'send_bill' cannot be stored as JSON: payload['due'] is datetime.date...
-    # YEARLY bill of 108.70 for 0b8c7e1e-4f7a-4c55-9d43-5a1f0e2b6c11, due 2026-03-15 09:00 UTC
+    # YEARLY bill of 108.70 for 0b8c7e1e-4f7a-4c55-9d43-5a1f0e2b6c11, due 2026-03-15T09:00+00:00

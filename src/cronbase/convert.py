@@ -17,12 +17,12 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
+from datetime import date
 from typing import Any
 
 from .converters import (
     SCALARS,
     Converter,
-    Unconvertible,
     enum_of,
     first_of,
     fixed_tuple,
@@ -32,7 +32,7 @@ from .converters import (
     tuple_of,
 )
 from .errors import PayloadError
-from .payload import short
+from .payload import _BadValue, short
 
 logger = logging.getLogger("cronbase")
 
@@ -54,7 +54,8 @@ _MAPPINGS = frozenset({dict, collections.abc.Mapping, collections.abc.MutableMap
 
 class Unresolved(Exception):
     """An annotation names something not defined (yet): a forward reference, a TYPE_CHECKING
-    import."""
+    import. Internal, never seen by users: Task.__init__ catches it (and resolves again on the
+    first job), and the lenient build of that first job logs it instead of raising."""
 
 
 # -- resolving annotations -------------------------------------------------------------------
@@ -126,11 +127,10 @@ def convert_arguments(
         value = kwargs[name]
         try:
             kwargs[name] = convert(value)
-        except Unconvertible as exc:
-            where = f"payload[{name!r}]" + "".join(reversed(exc.path))
+        except _BadValue as exc:
             raise PayloadError(
                 f"payload for task {task!r} does not convert to argument {name!r}: "
-                f"{where} {exc.why}"
+                f"{exc.at(f'[{name!r}]').describe()}"
             ) from None
         except Exception as exc:  # a dataclass's __post_init__, a model validator: user code
             raise PayloadError(
@@ -199,7 +199,8 @@ class _Builder:
             return self.converter(members[0])
         rich: list[Converter] = []
         plain: list[type] = []
-        for member in members:
+        # date last: it takes a datetime at midnight, which `date | datetime` means to keep.
+        for member in sorted(members, key=lambda m: m is date):
             convert = self.converter(member)
             if convert is not None:
                 rich.append(convert)
@@ -239,25 +240,25 @@ class _Builder:
             if value is None or isinstance(value, cls):
                 return value
             if not isinstance(value, dict):
-                raise Unconvertible(f"is {short(value)}, not an object for {name}")
+                raise _BadValue(f"is {short(value)}, not an object for {name}")
             kwargs: dict[str, Any] = {}
             for key, item in value.items():
                 if key not in init:
                     if key in computed:
                         continue  # an init=False field: the class computes it again
-                    raise Unconvertible(
+                    raise _BadValue(
                         f"has the key {short(key)}, which {name} does not take "
                         f"(fields: {', '.join(sorted(init)) or 'none'})"
                     )
                 field_convert = convs.get(key)
                 try:
                     kwargs[key] = item if field_convert is None else field_convert(item)
-                except Unconvertible as exc:
+                except _BadValue as exc:
                     raise exc.at(f"[{key!r}]") from None
             try:
                 return cls(**kwargs)
             except TypeError as exc:  # a field missing
-                raise Unconvertible(f"does not make a {name}: {exc}") from None
+                raise _BadValue(f"does not make a {name}: {exc}") from None
 
         self.memo[cls] = convert
         module = _module_namespace(cls.__module__)

@@ -1,6 +1,7 @@
 """The converters a handler's arguments may need: JSON value -> datetime, Decimal, Enum, a list
 of them, a pydantic model... Each passes None and values already of its type as they are, and
-raises :class:`Unconvertible` with the path to what does not convert. ``convert.py`` picks them.
+raises payload.py's ``_BadValue`` with the path to what does not convert (convert.py, which picks
+them, turns it into a PayloadError). A ``date`` takes a datetime only at midnight, as pydantic.
 """
 
 from __future__ import annotations
@@ -15,21 +16,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
-from .payload import short, to_plain
+from .payload import _BadValue, short, to_plain
 
 Converter = Callable[[Any], Any]
-
-
-class Unconvertible(Exception):
-    """A value that does not become its annotated type; ``path`` grows as the search unwinds."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-        self.path: list[str] = []
-
-    def at(self, where: str) -> Unconvertible:
-        self.path.append(where)
-        return self
 
 
 def first_of(plain: tuple[type, ...], rich: list[Converter], names: str) -> Converter:
@@ -42,9 +31,9 @@ def first_of(plain: tuple[type, ...], rich: list[Converter], names: str) -> Conv
         for attempt in rich:
             try:
                 return attempt(value)
-            except Unconvertible:
+            except _BadValue:
                 continue
-        raise Unconvertible(f"is {short(value)}, which is none of {names}")
+        raise _BadValue(f"is {short(value)}, which is none of {names}")
 
     return convert
 
@@ -56,12 +45,12 @@ def sequence(item: Converter) -> Converter:
         if value is None:
             return None
         if not isinstance(value, list | tuple):
-            raise Unconvertible(f"is {short(value)}, not a list")
+            raise _BadValue(f"is {short(value)}, not a list")
         out = []
         for index, element in enumerate(value):
             try:
                 out.append(item(element))
-            except Unconvertible as exc:
+            except _BadValue as exc:
                 raise exc.at(f"[{index}]") from None
         return out
 
@@ -76,7 +65,7 @@ def tuple_of(item: Converter | None) -> Converter:
         if value is None or (isinstance(value, tuple) and item is None):
             return value
         if not isinstance(value, list | tuple):
-            raise Unconvertible(f"is {short(value)}, not a list")
+            raise _BadValue(f"is {short(value)}, not a list")
         return tuple(value if as_list is None else as_list(value))
 
     return convert
@@ -89,12 +78,12 @@ def fixed_tuple(items: tuple[Converter | None, ...]) -> Converter:
         if value is None:
             return None
         if not isinstance(value, list | tuple) or len(value) != len(items):
-            raise Unconvertible(f"is {short(value)}, not a list of {len(items)}")
+            raise _BadValue(f"is {short(value)}, not a list of {len(items)}")
         out = []
         for index, (element, item) in enumerate(zip(value, items, strict=True)):
             try:
                 out.append(element if item is None else item(element))
-            except Unconvertible as exc:
+            except _BadValue as exc:
                 raise exc.at(f"[{index}]") from None
         return tuple(out)
 
@@ -108,12 +97,12 @@ def mapping(item: Converter) -> Converter:
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise Unconvertible(f"is {short(value)}, not an object")
+            raise _BadValue(f"is {short(value)}, not an object")
         out = {}
         for key, element in value.items():
             try:
                 out[key] = item(element)
-            except Unconvertible as exc:
+            except _BadValue as exc:
                 raise exc.at(f"[{key!r}]") from None
         return out
 
@@ -142,7 +131,7 @@ def enum_of(cls: type[enum.Enum]) -> Converter:
                 return found
         values = ", ".join(short(m.value) for m in list(cls)[:5])
         more = ", ..." if len(cls) > 5 else ""
-        raise Unconvertible(f"is {short(value)}, not a value of {cls.__name__} ({values}{more})")
+        raise _BadValue(f"is {short(value)}, not a value of {cls.__name__} ({values}{more})")
 
     return convert
 
@@ -169,7 +158,7 @@ def model_of(cls: type) -> Converter:
                 )
             else:
                 said = str(exc).splitlines()[0]
-            raise Unconvertible(f"does not validate as {name}: {said}") from None
+            raise _BadValue(f"does not validate as {name}: {said}") from None
 
     return convert
 
@@ -177,18 +166,45 @@ def model_of(cls: type) -> Converter:
 # -- scalars ----------------------------------------------------------------------------------
 
 
-def _iso(kind: type[date] | type[time], what: str) -> Converter:
-    def convert(value: Any) -> Any:
-        if value is None or isinstance(value, kind):
-            return value
-        if isinstance(value, str):
-            try:
-                return kind.fromisoformat(value)
-            except ValueError:
-                pass
-        raise Unconvertible(f"is {short(value)}, not an ISO 8601 {what}")
+def _to_time(value: Any) -> Any:
+    if value is None or isinstance(value, time):
+        return value
+    if isinstance(value, str):
+        try:
+            return time.fromisoformat(value)
+        except ValueError:
+            pass
+    raise _BadValue(f"is {short(value)}, not an ISO 8601 time")
 
-    return convert
+
+def _to_date(value: Any) -> Any:
+    if value is None or (isinstance(value, date) and not isinstance(value, datetime)):
+        return value
+    if isinstance(value, datetime):  # mypy lets one through: a datetime is a date
+        return _date_of(value, value)
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            pass
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return _date_of(moment, value)
+    raise _BadValue(f"is {short(value)}, not an ISO 8601 date")
+
+
+def _date_of(moment: datetime, value: Any) -> date:
+    """The date of a datetime at midnight (in its own offset); a later one is refused, as
+    pydantic does: which day 23:30+00:00 means depends on a zone cronbase cannot guess."""
+    if moment.time() != time(0):
+        raise _BadValue(
+            f"is {short(value)}, a datetime with a time of day, not a date; pass a date "
+            "(.date()), or a datetime at midnight"
+        )
+    return moment.date()
 
 
 def _to_datetime(value: Any) -> Any:
@@ -202,11 +218,11 @@ def _to_datetime(value: Any) -> Any:
         else:
             if parsed.utcoffset() is None:
                 # cronbase's datetimes are aware: a naive one is another moment in another zone.
-                raise Unconvertible(
+                raise _BadValue(
                     f"is {short(value)}, a datetime without a UTC offset; write one (+00:00)"
                 )
             return parsed
-    raise Unconvertible(f"is {short(value)}, not an ISO 8601 datetime")
+    raise _BadValue(f"is {short(value)}, not an ISO 8601 datetime")
 
 
 _NUMBER = r"(\d+(?:\.\d+)?)"
@@ -244,7 +260,7 @@ def _to_timedelta(value: Any) -> Any:
             return timedelta(seconds=value)  # what other SQL may write: seconds
     except (ValueError, OverflowError):
         pass
-    raise Unconvertible(f"is {short(value)}, not an ISO 8601 duration or a number of seconds")
+    raise _BadValue(f"is {short(value)}, not an ISO 8601 duration or a number of seconds")
 
 
 def _to_uuid(value: Any) -> Any:
@@ -255,7 +271,7 @@ def _to_uuid(value: Any) -> Any:
             return UUID(value)
         except ValueError:
             pass
-    raise Unconvertible(f"is {short(value)}, not a UUID")
+    raise _BadValue(f"is {short(value)}, not a UUID")
 
 
 def _to_decimal(value: Any) -> Any:
@@ -268,13 +284,13 @@ def _to_decimal(value: Any) -> Any:
             pass
     elif isinstance(value, float):
         return Decimal(repr(value))  # the float's shortest text, not its binary expansion
-    raise Unconvertible(f"is {short(value)}, not a decimal number")
+    raise _BadValue(f"is {short(value)}, not a decimal number")
 
 
 SCALARS: dict[type, Converter] = {
     datetime: _to_datetime,
-    date: _iso(date, "date"),
-    time: _iso(time, "time"),
+    date: _to_date,
+    time: _to_time,
     timedelta: _to_timedelta,
     UUID: _to_uuid,
     Decimal: _to_decimal,

@@ -3,7 +3,9 @@
 JSON's own types go as they are (the fast path); ``datetime``, ``date``, ``time``, ``timedelta``,
 ``UUID``, ``Decimal``, ``Enum``, dataclasses and pydantic models are written as JSON that
 ``convert.py`` turns back into the handler's annotated types. Anything else is refused, naming
-where it is: ``payload['items'][3]['when']``.
+where it is: ``payload['items'][3]['when']``. Times are ISO 8601, which has UTC offsets but no
+zone names: a datetime in ``ZoneInfo("Europe/Berlin")`` comes back at the same instant with a
+fixed offset (``+01:00``), and a ``time`` in such a zone, which has no offset, is refused.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import sys
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from .errors import PayloadError
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 
-# App(json_dumps=...): the payload as given to defer -> JSON text (orjson.dumps returns bytes).
+# App(json_dumps=...): a payload that passed cronbase's checks, as JSON's own types -> JSON text
+# (orjson.dumps returns bytes).
 JSONDumps = Callable[[dict[str, Any]], str | bytes]
 # App(json_loads=...): a claimed job's payload text -> its dict (json.loads, orjson.loads).
 JSONLoads = Callable[[str], object]
@@ -40,12 +43,18 @@ def short(value: object) -> str:
     return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
 
 
-class _Unstorable(Exception):
-    """What is wrong with a part of a payload; ``path`` grows as the search unwinds."""
+class _BadValue(Exception):
+    """A part of a payload that cannot be stored (here) or converted (converters.py); ``path``
+    grows as the search unwinds. Private to payload.py, converters.py and convert.py: never
+    raised out of them, where it becomes a PayloadError saying ``describe()``."""
 
     def __init__(self, why: str) -> None:
         self.why = why
         self.path: list[str] = []
+
+    def at(self, where: str) -> _BadValue:
+        self.path.append(where)
+        return self
 
     def describe(self) -> str:
         return "payload" + "".join(reversed(self.path)) + " " + self.why
@@ -79,68 +88,68 @@ _PLAIN = frozenset({int, bool, type(None)})
 
 
 def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
-    """Raise _Unstorable where jsonb cannot hold ``value`` as json.dumps would write it, _Rich
+    """Raise _BadValue where jsonb cannot hold ``value`` as json.dumps would write it, _Rich
     at the first value of another type (a datetime, a dataclass...)."""
     if isinstance(value, str):
         fault = _text_fault(value)
         if fault:
-            raise _Unstorable(f"contains {fault}: {short(value)}")
+            raise _BadValue(f"contains {fault}: {short(value)}")
     elif value is None or isinstance(value, int):  # bool is an int
         pass
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise _Unstorable(f"is {value!r}, which JSON cannot hold")
+            raise _BadValue(f"is {value!r}, which JSON cannot hold")
     elif isinstance(value, dict):
         if id(value) in parents:
-            raise _Unstorable("contains itself")
+            raise _BadValue("contains itself")
         inner = (*parents, id(value))
         for key, item in value.items():
             if type(key) is str and key.isascii() and "\x00" not in key and type(item) in _PLAIN:
                 continue  # the common case without a call: encode_payload({'n': 1}) 1.45 -> 1.33 us
             # Inline, not _key_fault(): one call less per str value on the fast path.
             if not isinstance(key, str):
-                raise _Unstorable(f"has the key {short(key)}; JSON object keys are strings")
+                raise _BadValue(f"has the key {short(key)}; JSON object keys are strings")
             fault = _text_fault(key)
             if fault:
-                raise _Unstorable(f"has the key {short(key)}, which contains {fault}")
+                raise _BadValue(f"has the key {short(key)}, which contains {fault}")
             try:
                 _check_value(item, inner)
-            except _Unstorable as exc:
+            except _BadValue as exc:
                 exc.path.append(f"[{key!r}]")
                 raise
     elif isinstance(value, list | tuple):
         if id(value) in parents:
-            raise _Unstorable("contains itself")
+            raise _BadValue("contains itself")
         inner = (*parents, id(value))
         for index, item in enumerate(value):
             if type(item) in _PLAIN:
                 continue
             try:
                 _check_value(item, inner)
-            except _Unstorable as exc:
+            except _BadValue as exc:
                 exc.path.append(f"[{index}]")
                 raise
     else:
-        # Not an _Unstorable: nothing on the way up adds to a path that the long way rebuilds.
+        # Not a _BadValue: nothing on the way up adds to a path that the long way rebuilds.
         raise _Rich
 
 
 def to_plain(value: object, parents: tuple[int, ...] = ()) -> object:
-    """``value`` as JSON's own types (the long way: a copy); _Unstorable naming what cannot be."""
+    """``value`` as JSON's own types (the long way: a copy); _BadValue naming what cannot be."""
     if isinstance(value, str):
         fault = _text_fault(value)
         if fault:
-            raise _Unstorable(f"contains {fault}: {short(value)}")
+            raise _BadValue(f"contains {fault}: {short(value)}")
         return value
     if value is None or isinstance(value, int):  # bool, IntEnum: json writes them as numbers
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _Unstorable(f"is {value!r}, which JSON cannot hold")
+            raise _BadValue(f"is {value!r}, which JSON cannot hold")
         return value
     if isinstance(value, dict | list | tuple) or _is_dataclass(value):
         if id(value) in parents:
-            raise _Unstorable("contains itself")
+            raise _BadValue("contains itself")
         inner = (*parents, id(value))
         if isinstance(value, list | tuple):
             return [_step(item, inner, f"[{index}]") for index, item in enumerate(value)]
@@ -149,7 +158,7 @@ def to_plain(value: object, parents: tuple[int, ...] = ()) -> object:
         for key, item in items:
             fault = _key_fault(key)
             if fault:
-                raise _Unstorable(fault)
+                raise _BadValue(fault)
             plain[key] = _step(item, inner, f"[{key!r}]")
         return plain
     return _scalar(value, parents)
@@ -158,7 +167,7 @@ def to_plain(value: object, parents: tuple[int, ...] = ()) -> object:
 def _step(value: object, parents: tuple[int, ...], where: str) -> object:
     try:
         return to_plain(value, parents)
-    except _Unstorable as exc:
+    except _BadValue as exc:
         exc.path.append(where)
         raise
 
@@ -176,11 +185,18 @@ def _scalar(value: object, parents: tuple[int, ...]) -> object:
     if isinstance(value, datetime):  # before date: a datetime is a date
         if value.utcoffset() is None:
             # A naive time means another moment on a worker in another zone: refuse, as run_at does.
-            raise _Unstorable(
+            raise _BadValue(
                 f"is {short(value)}, a naive datetime; give it a time zone "
                 "(datetime.now(UTC), .replace(tzinfo=UTC))"
             )
         return value.isoformat()
+    if isinstance(value, time) and value.tzinfo is not None and value.utcoffset() is None:
+        # isoformat() would drop the zone without a word: the handler would get a naive time.
+        raise _BadValue(
+            f"is {short(value)}, a time in a zone with no fixed offset (it depends on the "
+            "date); pass a datetime, or a time with a fixed-offset timezone "
+            "(timezone(timedelta(hours=1)))"
+        )
     if isinstance(value, date | time):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -188,17 +204,21 @@ def _scalar(value: object, parents: tuple[int, ...]) -> object:
     if isinstance(value, UUID | Decimal):
         return str(value)  # Decimal's str is exact
     if isinstance(value, enum.Enum):
-        return to_plain(value.value, parents)
+        try:
+            return to_plain(value.value, parents)
+        except _BadValue as exc:  # name the member: the value alone is hard to trace back
+            inner = "".join(reversed(exc.path))
+            raise _BadValue(f"is {short(value)}, whose value{inner} {exc.why}") from None
     pydantic = sys.modules.get("pydantic")  # never imported here: a model means it is loaded
     if pydantic is not None and isinstance(value, pydantic.BaseModel):
         try:
             dumped = value.model_dump(mode="json")
         except Exception as exc:  # PydanticSerializationError: a field pydantic cannot write
-            raise _Unstorable(
+            raise _BadValue(
                 f"is a {type(value).__name__} that pydantic cannot dump: {exc}"
             ) from None
         return to_plain(dumped, parents)
-    raise _Unstorable(
+    raise _BadValue(
         f"is {short(value)} ({type(value).__name__}), which JSON cannot hold; pass {_TYPES}"
     )
 
@@ -221,17 +241,6 @@ def format_duration(delta: timedelta) -> str:
     return f"{sign}P{f'{days}D' if days else ''}{'T' + clock if clock else ''}"
 
 
-def _fault(payload: object) -> str | None:
-    """Where the default encoder would refuse ``payload``, if it would."""
-    try:
-        to_plain(payload)
-    except _Unstorable as exc:
-        return exc.describe()
-    except RecursionError:
-        return None
-    return None
-
-
 # check_circular off: _check_value has already refused cycles (and all but JSON's own types),
 # and the encoder's own bookkeeping cost ~0.2 us of ~1.8 per payload.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
@@ -246,29 +255,32 @@ def encode_payload(
     dumps: JSONDumps | None = None,
 ) -> str:
     """JSON text of a payload; refuses what jsonb cannot hold, or more than ``max_bytes`` of it,
-    naming the task and the value. ``dumps``: App(json_dumps=...), else the built-in encoder."""
+    naming the task and the value. ``dumps``: App(json_dumps=...), else the built-in encoder;
+    either way the same checks run first, and ``dumps`` gets the payload as JSON's own types
+    (itself when it holds nothing else, else the copy the built-in encoder would write)."""
     if not isinstance(payload, dict):
         raise PayloadError(
             f"payload for task {task!r} must be a JSON object (a dict of the handler's "
             f"arguments), got {short(payload)}"
         )
-    if dumps is not None:
-        text = _dump_with(dumps, task, payload)
-    else:
+    if dumps is None:
         try:
             try:
                 _check_value(payload)
                 text = _ENCODER.encode(payload)
             except _Rich:
                 text = _ENCODER.encode(to_plain(payload))
-        except _Unstorable as exc:
-            raise PayloadError(
-                f"payload for task {task!r} cannot be stored as JSON: {exc.describe()}"
-            ) from None
-        except (TypeError, ValueError, RecursionError) as exc:  # an int too long, nesting too deep
-            raise PayloadError(
-                f"payload for task {task!r} cannot be stored as JSON: {type(exc).__name__}: {exc}"
-            ) from None
+        except (_BadValue, TypeError, ValueError, RecursionError) as exc:
+            raise _unstorable(task, exc) from None
+    else:
+        try:
+            try:
+                _check_value(payload)
+            except _Rich:
+                payload = cast("dict[str, Any]", to_plain(payload))
+        except (_BadValue, TypeError, ValueError, RecursionError) as exc:
+            raise _unstorable(task, exc) from None
+        text = _dump_with(dumps, task, payload)
     # Characters first: a byte count only when the text could be over (UTF-8: 4 at most).
     if len(text) * 4 > max_bytes and len(size := text.encode()) > max_bytes:
         raise PayloadError(
@@ -279,17 +291,19 @@ def encode_payload(
     return text
 
 
+def _unstorable(task: str, exc: Exception) -> PayloadError:
+    # TypeError, ValueError, RecursionError: an int too long, nesting too deep.
+    why = exc.describe() if isinstance(exc, _BadValue) else f"{type(exc).__name__}: {exc}"
+    return PayloadError(f"payload for task {task!r} cannot be stored as JSON: {why}")
+
+
 def _dump_with(dumps: JSONDumps, task: str, payload: dict[str, Any]) -> str:
     """The user's json_dumps output, checked for what jsonb would refuse (or misread)."""
     prefix = f"payload for task {task!r} cannot be stored as JSON"
     try:
         out = dumps(payload)
-    except Exception as exc:
-        where = _fault(payload)
-        named = f"{where} (json_dumps raised {type(exc).__name__})" if where else None
-        raise PayloadError(
-            f"{prefix}: {named or f'json_dumps raised {type(exc).__name__}: {exc}'}"
-        ) from None
+    except Exception as exc:  # the payload passed cronbase's checks: a limit of the encoder's
+        raise PayloadError(f"{prefix}: json_dumps raised {type(exc).__name__}: {exc}") from None
     if isinstance(out, bytes | bytearray | memoryview):
         try:
             text = bytes(out).decode("utf-8")
@@ -305,7 +319,7 @@ def _dump_with(dumps: JSONDumps, task: str, payload: dict[str, Any]) -> str:
         )
     if not text.lstrip(" \t\r\n").startswith("{"):
         raise PayloadError(f"{prefix}: json_dumps wrote {short(text)}, not a JSON object")
+    # The payload's strings hold no NUL (checked above): only the encoder can have written one.
     if "\x00" in text or ("\\u0000" in text and _ESCAPED_NUL.search(text)):
-        where = _fault(payload) or "json_dumps wrote \\u0000, which PostgreSQL cannot store"
-        raise PayloadError(f"{prefix}: {where}")
+        raise PayloadError(f"{prefix}: json_dumps wrote \\u0000, which PostgreSQL cannot store")
     return text

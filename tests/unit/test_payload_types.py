@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, NewType, Optional
+from zoneinfo import ZoneInfo
 
 import pydantic
 import pytest
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 NOWHERE = "postgresql://nobody@127.0.0.1:1/never"
 BERLIN_SUMMER = timezone(timedelta(hours=2))
+BERLIN = ZoneInfo("Europe/Berlin")
 
 
 class Color(enum.Enum):
@@ -44,6 +46,10 @@ class Level(enum.IntEnum):
 class Pair(enum.Enum):
     ORIGIN = (0, 0)
     DAY = (date(2026, 1, 1), "new year")  # a value JSON changes: a tuple and a date
+
+
+class Opaque(enum.Enum):
+    TOKEN = object()  # a value JSON cannot hold: the member cannot be sent
 
 
 @dataclasses.dataclass
@@ -219,6 +225,60 @@ def test_what_is_stored_for_each_type(app: cronbase.App) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "sent",
+    [
+        datetime(2026, 3, 1, tzinfo=UTC),
+        datetime(2026, 3, 1, tzinfo=timezone(timedelta(hours=9))),  # its own date, not UTC's
+        datetime(2026, 3, 1, tzinfo=BERLIN),
+    ],
+    ids=repr,
+)
+def test_a_date_argument_takes_a_datetime_at_midnight_as_its_date(
+    app: cronbase.App, sent: datetime
+) -> None:
+    task = taking(app, date)
+    got = through_json(task, value=sent)["value"]
+    assert (got, type(got)) == (date(2026, 3, 1), date)
+    in_process = task.arguments({"value": sent})["value"]  # no JSON on the way: the object
+    assert (in_process, type(in_process)) == (date(2026, 3, 1), date)
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("2026-03-01T09:00:00+00:00", "'2026-03-01T09:00:00+00:00'"),  # as a worker reads it
+        (datetime(2026, 3, 1, 0, 0, 1, tzinfo=UTC), "datetime.datetime(2026, 3, 1, 0, 0, 1, "),
+    ],
+)
+def test_a_date_argument_refuses_a_datetime_with_a_time_of_day(
+    app: cronbase.App, stored: Any, shown: str
+) -> None:
+    task = taking(app, list[date], "close_books")
+    with pytest.raises(PayloadError) as caught:
+        task.arguments({"value": [stored]})
+    message = str(caught.value)
+    assert message.startswith(
+        "payload for task 'close_books' does not convert to argument 'value': "
+        f"payload['value'][0] is {shown}"
+    )
+    assert message.endswith(
+        ", a datetime with a time of day, not a date; pass a date (.date()), "
+        "or a datetime at midnight"
+    )
+
+
+@pytest.mark.parametrize("annotation", [date | datetime, datetime | date, date | datetime | None])
+def test_a_union_of_date_and_datetime_keeps_each_as_it_was(
+    app: cronbase.App, annotation: Any
+) -> None:
+    task = taking(app, annotation)
+    midnight = datetime(2026, 3, 1, tzinfo=UTC)
+    assert through_json(task, value=midnight)["value"] == midnight
+    assert type(through_json(task, value=midnight)["value"]) is datetime
+    assert type(through_json(task, value=date(2026, 3, 1))["value"]) is date
+
+
 def test_a_task_of_plain_json_types_converts_nothing(app: cronbase.App) -> None:
     @app.task
     def plain(
@@ -277,6 +337,20 @@ def test_scheduled_at_still_arrives_as_a_datetime(app: cronbase.App) -> None:
         ({"note": Node("x\x00y")}, "payload['note']['name'] contains a NUL character"),
         ({"when": {"at": time(1), "many": frozenset({1})}}, "payload['when']['many'] is frozenset"),
         ({"k": {Color.RED: 1}}, "payload['k'] has the key <Color.RED: 'red'>; JSON object keys"),
+        (  # the member, not only the value inside it
+            {"plan": [Opaque.TOKEN]},
+            "payload['plan'][0] is <Opaque.TOKEN: <object object at 0x",
+        ),
+        (
+            {"plan": Opaque.TOKEN},
+            ">>, whose value is <object object at 0x",
+        ),
+        (  # a zone's offset depends on the date, which a time has not: it would be lost
+            {"shift": {"opens": time(9, tzinfo=BERLIN)}},
+            "payload['shift']['opens'] is datetime.time(9, 0, tzinfo=zoneinfo.ZoneInfo(key='Europe/...,"
+            " a time in a zone with no fixed offset (it depends on the date); pass a datetime, "
+            "or a time with a fixed-offset timezone (timezone(timedelta(hours=1)))",
+        ),
     ],
 )
 def test_what_cannot_be_stored_is_refused_naming_where(payload: Any, named: str) -> None:
@@ -286,6 +360,25 @@ def test_what_cannot_be_stored_is_refused_naming_where(payload: Any, named: str)
     assert message.startswith("payload for task 'import_orders' cannot be stored as JSON: ")
     assert named in message
     assert "\n" not in message
+
+
+def test_a_zoned_datetime_comes_back_at_the_same_instant_with_a_fixed_offset(
+    app: cronbase.App,
+) -> None:
+    # ISO 8601 has offsets, not zone names: Europe/Berlin in winter comes back as +01:00.
+    sent = datetime(2026, 1, 15, 9, 30, tzinfo=BERLIN)
+    got = through_json(taking(app, datetime), value=sent)["value"]
+    assert got == sent
+    assert got.tzinfo == timezone(timedelta(hours=1))
+    assert (got.tzname(), sent.tzname()) == ("UTC+01:00", "CET")
+
+
+def test_a_time_with_a_fixed_offset_keeps_it(app: cronbase.App) -> None:
+    task = taking(app, time)
+    for zone in (BERLIN_SUMMER, ZoneInfo("UTC")):  # a ZoneInfo without rules has one offset
+        sent = time(9, 30, tzinfo=zone)
+        got = through_json(task, value=sent)["value"]
+        assert (got, got.utcoffset()) == (sent, sent.utcoffset())
 
 
 def test_a_dataclass_that_contains_itself_is_refused() -> None:
@@ -453,6 +546,48 @@ def orjson_like(payload: dict[str, Any]) -> bytes:
         raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
     return json.dumps(payload, default=default, separators=(",", ":")).encode()
+
+
+def test_custom_dumps_gets_what_the_default_encoder_would_write() -> None:
+    got: list[dict[str, Any]] = []
+
+    def dumps(payload: dict[str, Any]) -> bytes:
+        got.append(payload)
+        return orjson_like(payload)
+
+    plain = {"n": 1, "tags": ["a"]}
+    encode_payload("t", plain, dumps=dumps)
+    assert got.pop() is plain  # JSON's own types: handed over as they are, no copy
+    text = encode_payload("t", {"order": ORDER, "gap": timedelta(hours=1)}, dumps=dumps)
+    assert got.pop() == json.loads(encode_payload("t", {"order": ORDER, "gap": timedelta(hours=1)}))
+    assert json.loads(text)["gap"] == "PT1H"  # not orjson's own idea of a timedelta
+
+
+@pytest.mark.parametrize(
+    ("payload", "said"),
+    [
+        (  # orjson would write it: the worker would then refuse it
+            {"when": [datetime(2026, 1, 1)]},
+            "payload['when'][0] is datetime.datetime(2026, 1, 1, 0, 0), a naive datetime",
+        ),
+        ({"rate": float("nan")}, "payload['rate'] is nan, which JSON cannot hold"),  # orjson: null
+        ({"k": {1: "a"}}, "payload['k'] has the key 1; JSON object keys are strings"),
+        ({"day": Opaque.TOKEN}, "payload['day'] is <Opaque.TOKEN: <object object at 0x"),
+    ],
+)
+def test_custom_dumps_is_held_to_the_same_rules(payload: dict[str, Any], said: str) -> None:
+    calls: list[object] = []
+
+    def dumps(payload: dict[str, Any]) -> bytes:
+        calls.append(payload)
+        return orjson_like(payload)
+
+    with pytest.raises(PayloadError) as caught:
+        encode_payload("export", payload, dumps=dumps)
+    assert str(caught.value).startswith(
+        f"payload for task 'export' cannot be stored as JSON: {said}"
+    )
+    assert calls == []
 
 
 def test_custom_dumps_may_return_bytes_and_is_still_checked() -> None:
