@@ -238,6 +238,7 @@ class Driver:
                 "delay": timedelta(0),
                 "max_attempts": 3,
                 "lease": timedelta(minutes=5),
+                "metadata": None,
                 "channel": self.app.channel,
             },
         ).fetchone()
