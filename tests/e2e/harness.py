@@ -198,6 +198,22 @@ async def running_worker(app: cronbase.App, **options: Any) -> AsyncIterator[cro
             await app.aclose()
 
 
+def run_example(module: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m examples.<module>`` from the repository root, as the README says to run it;
+    the test fails with its output when it exits non-zero."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"examples.{module}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    return result
+
+
 def retention_round(app: cronbase.App, retention: Retention) -> int | None:
     """One worker's retention round (``prune_once``) on a pool of its own, closed after."""
 

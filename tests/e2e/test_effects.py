@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
@@ -34,6 +32,7 @@ from tests.e2e.harness import (
     history,
     is_registered,
     job_row,
+    run_example,
 )
 from tests.e2e.test_cli import cronbase as run_cli
 from tests.e2e.test_cli import ok
@@ -409,16 +408,7 @@ def test_transaction_commits_writes_and_success_together_or_neither(
 def test_the_example_sends_each_report_once(database_url: str, db: psycopg.Connection[Any]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SMTP_PORT")}
     env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [sys.executable, "-m", "examples.monthly_report"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    result = run_example("monthly_report", env)
     assert "3 report jobs: succeeded, succeeded, succeeded" in result.stdout
     assert "the SMTP sink received 2 emails:" in result.stdout
     assert MESSAGE_ID in result.stdout

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from typing import Any
 
 import psycopg
 
-from tests.e2e.test_cli import REPO, cli_env
+from tests.e2e.harness import run_example
+from tests.e2e.test_cli import cli_env
 
 
 def test_the_hooks_example_counts_outcomes_and_logs_with_the_job(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "examples.hooks"],
-        env=cli_env(database_url),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_example("hooks", cli_env(database_url))
     assert (
         result.stdout.splitlines()[-1] == "{'import_orders dead': 1, 'import_orders succeeded': 1}"
     )

@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import cronbase
 from cronbase.contrib.opentelemetry import instrument, is_instrumented, uninstrument
+from tests.e2e.harness import run_example
 
 from ..conftest import SCHEMA
 
@@ -378,16 +379,7 @@ def test_the_tracing_example_prints_a_send_span_and_a_process_span_linked_to_it(
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO))
     env.pop("DATABASE_URL", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "examples.tracing"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_example("tracing", env)
     # "name kind trace T span S parent P links L", one line per span, as the example shows.
     spans = {}
     for line in result.stdout.splitlines():

@@ -8,8 +8,6 @@ import asyncio
 import dataclasses
 import enum
 import json
-import subprocess
-import sys
 import threading
 import uuid
 from datetime import UTC, date, datetime, time, timedelta, timezone
@@ -23,7 +21,8 @@ import pytest
 import cronbase
 from cronbase.worker.claim import claim_jobs_sync, claim_params
 from tests.conftest import SCHEMA
-from tests.e2e.test_cli import REPO, cli_env
+from tests.e2e.harness import run_example
+from tests.e2e.test_cli import cli_env
 from tests.integration.test_worker_resilience import insert_by_sql, job_state
 
 
@@ -306,16 +305,7 @@ def test_a_worker_decodes_payloads_with_custom_loads(
 def test_the_example_refuses_a_naive_datetime_and_bills_in_the_handlers_types(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "examples.payload_types"],
-        env=cli_env(database_url),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_example("payload_types", cli_env(database_url))
     assert result.stdout.splitlines() == [
         "payload for task 'send_bill' cannot be stored as JSON: payload['due'] is "
         "datetime.datetime(2026, 3, 1, 9, 0), a naive datetime; give it a time zone "

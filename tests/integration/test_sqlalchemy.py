@@ -5,7 +5,6 @@ work, is seen by nobody else before the commit, and a wrong object or driver is 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import types
 from collections.abc import AsyncIterator, Iterator
@@ -28,6 +27,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 import cronbase
 from cronbase.errors import CronbaseError
+from tests.e2e.harness import run_example
 
 REPO = Path(__file__).resolve().parents[2]
 SYNC_KINDS = ["session", "connection"]
@@ -471,16 +471,7 @@ def test_the_session_example_keeps_what_commits_and_drops_the_savepoint(
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     url = sqlalchemy_url(database_url, "postgresql").render_as_string(hide_password=False)
     env.update(CRONBASE_DATABASE_URL=url, PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [sys.executable, "-m", "examples.sqlalchemy_session"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_example("sqlalchemy_session", env)
     assert result.stdout.splitlines()[-1] == "['send_gift', 'send_welcome', 'send_welcome']"
     users = dict(db.execute("SELECT email, id FROM public.users").fetchall())
     rows = db.execute("SELECT task, (payload->>'user_id')::int FROM cronbase.jobs").fetchall()
