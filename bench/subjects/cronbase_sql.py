@@ -59,6 +59,7 @@ _OPTIONS: dict[str, Any] = {
     "max_attempts": 20,
     "lease": timedelta(minutes=1),
     "metadata": None,
+    "flow_key": None,
     "channel": "cronbase_jobs",
 }
 
@@ -80,7 +81,9 @@ def enqueue_bulk(url: str, n: int, chunk: int) -> float:
         start = time.perf_counter()
         for first in range(0, n, chunk):
             payloads = [json.dumps({"n": i}) for i in range(first, min(n, first + chunk))]
-            conn.execute(q.insert_jobs, {**_OPTIONS, "payloads": payloads}).fetchall()
+            conn.execute(
+                q.insert_jobs, {**_OPTIONS, "payloads": payloads, "flow_keys": None}
+            ).fetchall()
         return time.perf_counter() - start
 
 

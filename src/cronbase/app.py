@@ -17,6 +17,7 @@ from .db.database import DEFAULT_POOL_SIZE, Database
 from .db.queries import Queries
 from .effects import Effects
 from .errors import ConfigurationError, PayloadError
+from .flow import Rate, TaskFlow
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_name
@@ -26,7 +27,7 @@ from .retry import Backoff
 from .schedule.admin import Schedules
 from .schedule.scheduler import ScheduleSpec
 from .stats import Overview, UnservedJobs, overview, overview_async, unserved_jobs
-from .task import Task, TaskDefaults, find_task
+from .task import Task, TaskDefaults, check_steering, find_task
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -134,6 +135,15 @@ class App:
         lease: timedelta = timedelta(minutes=1),
         retry: Backoff | None = None,
         timeout: timedelta | None = None,
+        global_concurrency: int | None = None,
+        concurrency_key: str | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | Rate | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+        max_snoozes: int = 100,
+        unique_for: timedelta | None = None,
+        unique_key: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -147,19 +157,29 @@ class App:
         lease: timedelta = timedelta(minutes=1),
         retry: Backoff | None = None,
         timeout: timedelta | None = None,
+        global_concurrency: int | None = None,
+        concurrency_key: str | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | Rate | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        dont_retry_on: tuple[type[BaseException], ...] = (),
+        max_snoozes: int = 100,
+        unique_for: timedelta | None = None,
+        unique_key: str | None = None,
     ) -> Any:
-        """Register a handler. Sync handlers run in a thread pool, async ones on the loop."""
-        defaults = TaskDefaults(
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            lease=lease,
-            retry=retry or Backoff(),
-            timeout=timeout,
-        )
+        """Register a handler. Sync handlers run in a thread pool, async ones on the loop.
+
+        Flow control: ``global_concurrency`` (running jobs of the task, fleet-wide),
+        ``concurrency_key`` (a template over the payload, ``"tenant:{tenant_id}"``) with
+        ``key_concurrency`` (running jobs per key), ``rate_limit`` (``"100/minute"``: starts in
+        any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
+        ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
+        ``unique_key``): one job per window.
+        """
         JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease=lease).check()
         if timeout is not None and timeout <= timedelta(0):
             raise ConfigurationError(f"timeout must be positive, got {timeout!r}")
+        check_steering(retry_on, dont_retry_on, max_snoozes)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = check_name("task", f.__name__ if name is None else name)
@@ -168,6 +188,27 @@ class App:
                     f"task name {task_name!r} is registered twice "
                     f"({self.tasks[task_name].func.__module__} and {f.__module__}); pass name="
                 )
+            flow = TaskFlow.build(
+                task_name,
+                global_concurrency=global_concurrency,
+                concurrency_key=concurrency_key,
+                key_concurrency=key_concurrency,
+                rate_limit=rate_limit,
+            )
+            defaults = TaskDefaults(
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                lease=lease,
+                retry=retry or Backoff(),
+                timeout=timeout,
+                flow=flow,
+                retry_on=retry_on,
+                dont_retry_on=dont_retry_on,
+                max_snoozes=max_snoozes,
+                unique_for=unique_for,
+                unique_key=unique_key,
+            )
             task = Task(self.db, f, task_name, defaults, self.hooks)
             self.tasks[task_name] = task
             return task

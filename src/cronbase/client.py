@@ -20,6 +20,7 @@ from psycopg.rows import TupleRow, tuple_row
 
 from .connections import async_connection, sync_connection
 from .errors import CronbaseError, JobNotFoundError, JobStateError
+from .flow import TaskFlow
 from .job import Job, JobAttempt, JobStatus, Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
 from .payload import JSONDumps
@@ -55,6 +56,9 @@ class JobOptions:
     idempotency_key: str | None = None
     dedupe_key: str | None = None
     on_duplicate: Literal["ignore", "replace"] = "ignore"
+    # The task's limits (flow.py) and this job's concurrency key, when configure gave one.
+    flow: TaskFlow | None = None
+    concurrency_key: str | None = None
 
     def check(self) -> None:
         """Refuse, naming the bad value, an option the database would refuse or misread."""
@@ -88,6 +92,7 @@ class JobOptions:
         for name, key in (
             ("idempotency_key", self.idempotency_key),
             ("dedupe_key", self.dedupe_key),
+            ("concurrency_key", self.concurrency_key),
         ):
             if key is not None:
                 check_key(name, key)
@@ -116,7 +121,13 @@ class JobOptions:
             "max_attempts": self.max_attempts,
             "lease": self.lease,
             "metadata": None,
+            "flow_key": None,
         }
+
+    def flow_key(self, payload: Payload) -> str | None:
+        """The job's limit scope (jobs.flow_key); None for an unlimited task."""
+        flow = self.flow
+        return None if flow is None else flow.scope(payload, self.concurrency_key)
 
 
 def encode_metadata(metadata: dict[str, Any]) -> str:
@@ -142,6 +153,8 @@ def build_insert(
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)
+    if opts.flow is not None:
+        params["flow_key"] = opts.flow_key(payload)
     if not opts.has_keys:
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
@@ -168,6 +181,7 @@ def build_insert_many(
     params = opts.insert_params.copy()
     params["task"] = task
     params["payloads"] = [encode_payload(task, p, max_bytes, dumps) for p in payloads]
+    params["flow_keys"] = None if opts.flow is None else [opts.flow_key(p) for p in payloads]
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
 from .convert import Unresolved, argument_converters, convert_arguments
 from .converters import Converter
-from .errors import PayloadError, UnknownTaskError
+from .errors import ConfigurationError, PayloadError, UnknownTaskError
+from .flow import TaskFlow
 from .hooks import Hooks
 from .job import Payload
 from .retry import Backoff
@@ -27,6 +28,26 @@ R = TypeVar("R")
 SCHEDULED_AT = "scheduled_at"
 # Task._converters before the handler's annotations could be resolved (compared by identity).
 _UNRESOLVED: dict[str, Converter] = {}
+
+
+def _exception_types(what: str, value: object) -> None:
+    if not isinstance(value, tuple) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in value
+    ):
+        raise ConfigurationError(
+            f"{what} must be a tuple of exception classes, such as (IOError,), got {value!r}"
+        )
+
+
+def check_steering(retry_on: object, dont_retry_on: object, max_snoozes: object) -> None:
+    """Refuse, naming the value, a retry_on / dont_retry_on / max_snoozes a task cannot use."""
+    if retry_on is not None:
+        _exception_types("retry_on", retry_on)
+    _exception_types("dont_retry_on", dont_retry_on)
+    if not isinstance(max_snoozes, int) or isinstance(max_snoozes, bool) or max_snoozes < 0:
+        raise ConfigurationError(
+            f"max_snoozes must be a whole number of 0 or more, got {max_snoozes!r}"
+        )
 
 
 def find_task(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[Any, Any]:
@@ -45,6 +66,17 @@ class TaskDefaults:
     lease: timedelta = timedelta(minutes=1)
     retry: Backoff = field(default_factory=Backoff)
     timeout: timedelta | None = None
+    # Global concurrency and rate limits (flow.py); None: the task is unlimited.
+    flow: TaskFlow | None = None
+    # Which exceptions are retried: one outside retry_on (when given) or inside dont_retry_on
+    # sends the job dead at once (dont_retry_on wins).
+    retry_on: tuple[type[BaseException], ...] | None = None
+    dont_retry_on: tuple[type[BaseException], ...] = ()
+    # How many times a handler may raise Snooze before the job goes dead.
+    max_snoozes: int = 100
+    # One job per task, key and window of this length (unique_key: a template over the payload).
+    unique_for: timedelta | None = None
+    unique_key: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -164,7 +196,11 @@ class Task(Generic[P, R]):
         if cached is not None and cached[0] is d:
             return cached[1]
         opts = JobOptions(
-            queue=d.queue, priority=d.priority, max_attempts=d.max_attempts, lease=d.lease
+            queue=d.queue,
+            priority=d.priority,
+            max_attempts=d.max_attempts,
+            lease=d.lease,
+            flow=d.flow,
         )
         self._options = (d, opts)
         return opts
@@ -181,10 +217,19 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         dedupe_key: str | None = None,
         on_duplicate: Literal["ignore", "replace"] = "ignore",
+        concurrency_key: str | None = None,
         connection: CallerConnection | None = None,
     ) -> Deferral:
-        """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``."""
+        """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``.
+        ``concurrency_key`` replaces the key the task's template would render."""
+        flow = self.defaults.flow
+        if concurrency_key is not None and (flow is None or flow.concurrency_key is None):
+            raise ConfigurationError(
+                f"task {self.name!r} has no per-key limit: concurrency_key={concurrency_key!r} "
+                "needs @app.task(concurrency_key=..., key_concurrency=... or rate_limit=...)"
+            )
         changes: dict[str, Any] = {
+            "concurrency_key": concurrency_key,
             "run_at": run_at,
             "delay": delay,
             "priority": priority,

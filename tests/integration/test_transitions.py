@@ -239,6 +239,7 @@ class Driver:
                 "max_attempts": 3,
                 "lease": timedelta(minutes=5),
                 "metadata": None,
+                "flow_key": None,
                 "channel": self.app.channel,
             },
         ).fetchone()

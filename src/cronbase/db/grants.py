@@ -61,6 +61,11 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # INSERT: pause_queue. UPDATE: pause_queue (ON CONFLICT DO UPDATE), resume_queue.
         # No DELETE: a queue's row stays once it was paused.
         "queues": ("SELECT", "INSERT", "UPDATE"),
+        # SELECT: claim_flow_candidates, claim_flow_jobs (limits and start logs), list_queues.
+        # INSERT, UPDATE: register_task_limits, claim_flow_jobs (start logs, ON CONFLICT DO
+        #   UPDATE). DELETE: register_task_limits (a task whose limits were removed),
+        #   prune_flow_logs (idle key logs).
+        "flow_limits": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # SELECT: list_audit, insert_audit's RETURNING. INSERT: insert_audit.
         # No UPDATE, no DELETE: the log is append-only, and this role cannot rewrite it.
         "audit_log": ("SELECT", "INSERT"),

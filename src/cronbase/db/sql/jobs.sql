@@ -8,10 +8,10 @@
 -- trigger: the trigger's transition table cost ~10% of a bulk insert (migration 0007).
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               metadata)
+                               metadata, flow_key)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(metadata)s::jsonb)
+            %(lease)s, %(metadata)s::jsonb, %(flow_key)s)
     RETURNING id, queue, run_at
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM ins WHERE run_at <= now()
@@ -25,10 +25,10 @@ SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 -- statement again, which takes a fresh snapshot. Only a job inserted (and due) notifies.
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               idempotency_key, dedupe_key, metadata)
+                               idempotency_key, dedupe_key, metadata, flow_key)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(idempotency_key)s, %(dedupe_key)s, %(metadata)s::jsonb)
+            %(lease)s, %(idempotency_key)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s)
     ON CONFLICT DO NOTHING
     RETURNING id, queue, run_at
 ), notified AS (
@@ -53,14 +53,15 @@ SELECT id, false AS created FROM (
 -- A job inserted or replaced that is due notifies.
 WITH up AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               dedupe_key, metadata)
+                               dedupe_key, metadata, flow_key)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(dedupe_key)s, %(metadata)s::jsonb)
+            %(lease)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s)
     ON CONFLICT (dedupe_key)
         WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'failed', 'running')
     DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-                  run_at = EXCLUDED.run_at, metadata = EXCLUDED.metadata, updated_at = now()
+                  run_at = EXCLUDED.run_at, metadata = EXCLUDED.metadata,
+                  flow_key = EXCLUDED.flow_key, updated_at = now()
         WHERE {schema}.jobs.status IN ('queued', 'failed')
     RETURNING id, (xmax = 0) AS created, queue, run_at
 ), notified AS (
@@ -79,13 +80,16 @@ LIMIT 1;
 -- insert of 20,000 jobs wakes listeners once (all rows share one queue and run_at here).
 -- The payloads (JSON text) are sent as a binary text[]: psycopg's text dump of a list runs a
 -- regex per element to decide on quoting; binary made defer_many of 1,000 ~25% faster.
+-- %(flow_keys)s: each job's limit scope (a limited task's); NULL for an unlimited task (unnest
+-- pads the shorter array with NULLs).
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               metadata)
+                               metadata, flow_key)
     SELECT %(task)s, %(queue)s, p.payload, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-           %(lease)s, %(metadata)s::jsonb
-    FROM unnest(%(payloads)b::text[]::jsonb[]) WITH ORDINALITY AS p(payload, ord)
+           %(lease)s, %(metadata)s::jsonb, p.flow_key
+    FROM unnest(%(payloads)b::text[]::jsonb[], %(flow_keys)b::text[])
+        WITH ORDINALITY AS p(payload, flow_key, ord)
     ORDER BY p.ord
     RETURNING id
 ), notified AS (
@@ -111,6 +115,9 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- in order and stopping after %(limit)s rows: O(n^2) for a drain (bench/README.md: ~1,500 ->
 -- ~15,000 jobs/s; tests/integration/test_claim_plan.py checks the plan). A job being finished is
 -- running in this statement's snapshot, so `due` cannot pick it.
+-- Limited jobs (flow_key set) and the jobs of a limited queue are left to claim_flow_jobs
+-- (flow.sql); the partial indexes leave the first out, the queue test beside the paused one the
+-- second.
 -- Only jobs of %(tasks)s (the worker's registered tasks; NULL: any) are claimed: a job no worker
 -- knows waits for one that does (a rolling deploy, two projects on one database) instead of
 -- burning an attempt. A filter on the same index walk: no sort, and no cost while every waiting
@@ -133,8 +140,9 @@ WITH finished AS (
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now()
+      AND flow_key IS NULL
       AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
-      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
+      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.holds_claims)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -167,8 +175,9 @@ WITH finished AS (
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now() AND queue = ANY (%(queues)s::text[])
+      AND flow_key IS NULL
       AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
-      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
+      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.holds_claims)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
