@@ -115,6 +115,14 @@ class Queries:
     prune_jobs: bytes
     prune_jobs_exclusive: bytes
     search_jobs: bytes
+    register_task_limits: bytes
+    list_task_limits: bytes
+    list_limited_queues: bytes
+    set_queue_limit: bytes
+    set_queue_rate: bytes
+    claim_flow_candidates: bytes
+    claim_flow_jobs: bytes
+    prune_flow_logs: bytes
 
     templates: ClassVar[dict[str, str]]
 

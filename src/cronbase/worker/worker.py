@@ -52,6 +52,7 @@ from ..schedule.scheduler import Scheduler
 from .claim import ClaimedJob, claim_jobs, claim_params
 from .completer import Completer
 from .executor import Outcome, execute, undecodable
+from .flow import FlowClaim, candidate_params, claim_flow_jobs, register_params, task_flows
 from .health import FailureLog, connect_when_ready, is_fatal
 from .heartbeat import Heartbeater
 
@@ -68,6 +69,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cronbase")
 
 REAP_BATCH = 1000
+# How soon a worker looks again when another worker held the lock of a scope it wanted.
+FLOW_CONTENDED_RETRY = 0.05
 # How long a stopping worker tries to write its last outcomes when the database fails.
 DRAIN_TIMEOUT = 10.0
 
@@ -145,6 +148,14 @@ class Worker:
         self.metrics_host = metrics_host
         self.id = worker_id or new_worker_id()
         self._task_names = sorted(tasks)
+        # Flow control: the limits this worker's tasks declare, the limited queues it serves
+        # (asked at each reap), where its next flow claim starts its round robin, and when to
+        # look again for jobs a limit held back (None: on the usual wake-ups).
+        self._flows = task_flows(tasks)
+        self._limited_queues: frozenset[str] = frozenset()
+        self._flow_after: str | None = None
+        self._flow_retry_in: float | None = None
+        self._held_back = 0
         self.claimed = 0
         self.notifier: Notifier | None = None
         # Set when the loop should look for work again (notification, free slot, stop).
@@ -219,6 +230,8 @@ class Worker:
                         "tasks": sorted(self.tasks),
                     },
                 )
+                # The limits in this code are the fleet's from now on (last worker started wins).
+                await conn.execute(q.register_task_limits, register_params(self.tasks))
             self._completer = Completer(self._pool, q, self.id, self._on_written)
             self._heartbeater = Heartbeater(
                 self._pool,
@@ -329,12 +342,17 @@ class Worker:
             failures.succeeded()
             if self._may_hold_orphans:
                 await self._release_orphans()
-            if self.burst and not claimed and not self._running:
+            if self.burst and not claimed and not self._running and not self._held_back:
                 return
             # Until a notification, a finished job or a stop request wakes us, or it is time to
-            # poll (the fallback for a lost notification) or to reap. With every slot busy a
-            # wake-up claims nothing; the one after a job finishes does.
-            await self._sleep(min(self.poll_interval, next_reap - loop.time()))
+            # poll (the fallback for a lost notification) or to reap, or a limit that held jobs
+            # back may have room (a rate's window moves on; another worker's claim in the same
+            # scope ends). With every slot busy a wake-up claims nothing; the one after a job
+            # finishes does.
+            pause = min(self.poll_interval, next_reap - loop.time())
+            if self._flow_retry_in is not None:
+                pause = min(pause, self._flow_retry_in)
+            await self._sleep(pause)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -350,12 +368,32 @@ class Worker:
             return []
         return await self._claim(free)
 
+    def _is_limited(self, job: ClaimedJob) -> bool:
+        return job.task in self._flows or job.queue in self._limited_queues
+
     async def _claim(self, limit: int) -> list[ClaimedJob]:
-        assert self._pool is not None
         assert self._heartbeater is not None
         assert self._completer is not None
         # The successes waiting to be written ride on this claim: one statement, one commit.
         carried = self._completer.take_successes()
+        jobs: list[ClaimedJob] = []
+        if self._flows or self._limited_queues:
+            if any(self._is_limited(o.job) for o in carried):
+                # Write them first: the slots they held are free for the flow claim below.
+                await self._claim_plain(carried, 0)
+                carried = []
+            jobs = await self._claim_flow(limit)
+            limit -= len(jobs)
+        if limit > 0 or carried:
+            jobs += await self._claim_plain(carried, limit)
+        jobs.sort(key=lambda j: (j.priority, j.id))
+        self._start(jobs)
+        return jobs
+
+    async def _claim_plain(self, carried: list[Outcome], limit: int) -> list[ClaimedJob]:
+        """claim_jobs: up to ``limit`` unlimited jobs, writing the ``carried`` successes."""
+        assert self._pool is not None
+        assert self._completer is not None
         params = claim_params(
             done=[o.job for o in carried],
             limit=limit,
@@ -373,8 +411,42 @@ class Worker:
         for bad in result.undecodable:
             # Its own outcome, written like any other; its batch-mates run on.
             self._completer.add(undecodable(bad))
-        jobs = result.jobs
-        jobs.sort(key=lambda j: (j.priority, j.id))
+        return result.jobs
+
+    async def _claim_flow(self, limit: int) -> list[ClaimedJob]:
+        """claim_flow_jobs (flow.py): up to ``limit`` limited jobs that fit in their limits."""
+        assert self._pool is not None
+        assert self._completer is not None
+        params = candidate_params(
+            schema=self.db.schema,
+            limit=limit,
+            flows=self._flows,
+            after=self._flow_after,
+            tasks=self._task_names,
+            queues=self.queues,
+        )
+        async with self._pool.connection() as conn:
+            flow: FlowClaim = await claim_flow_jobs(
+                conn,
+                self.db.queries,
+                params,
+                worker=self.id,
+                limit=limit,
+                loads=self.db.json_loads,
+            )
+        for bad in flow.result.undecodable:
+            self._completer.add(undecodable(bad))
+        # The next claim's round robin starts after the last scope served (from the start
+        # once none was).
+        self._flow_after = flow.last_scope
+        self._held_back = flow.held
+        # Another worker was claiming in a scope this one wanted: its transaction is short, so
+        # look again soon. A rate held a job back: look again when its window has room.
+        self._flow_retry_in = FLOW_CONTENDED_RETRY if flow.contended else flow.open_in
+        return flow.result.jobs
+
+    def _start(self, jobs: list[ClaimedJob]) -> None:
+        assert self._heartbeater is not None
         # Per job, the loop below is the worker's hottest Python: no log record (nor its extra
         # dict) unless someone listens, and metrics counted per task and queue, once a batch.
         log_claims = logger.isEnabledFor(logging.INFO)
@@ -407,7 +479,6 @@ class Worker:
             # A lease shorter than any held so far must be renewed sooner than planned.
             self._heartbeater.jobs_changed()
         self.claimed += len(jobs)
-        return jobs
 
     async def _run_job(self, job: ClaimedJob) -> Outcome:
         assert self._completer is not None
@@ -513,6 +584,18 @@ class Worker:
             )
             for job_id, status in await cur.fetchall():
                 logger.warning("job %d: lease expired (worker gone?); now %s", job_id, status)
+            # Which queues are limited: their jobs are left to the flow claim. A limit an
+            # operator sets holds back the plain claim at once; this worker's flow claim takes
+            # the queue's jobs from the next reap on.
+            cur = await conn.execute(self.db.queries.list_limited_queues)
+            limited = {name for (name,) in await cur.fetchall()}
+            if self.queues is not None:
+                limited &= set(self.queues)
+            self._limited_queues = frozenset(limited)
+            if any(
+                f.rate is not None and f.concurrency_key is not None for f in self._flows.values()
+            ):
+                await conn.execute(self.db.queries.prune_flow_logs)
 
     # -- shutdown --------------------------------------------------------------------------------
 

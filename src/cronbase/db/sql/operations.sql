@@ -5,17 +5,18 @@ INSERT INTO {schema}.queues AS q (name, is_paused, paused_at, paused_by)
 VALUES (%(name)s, true, now(), %(actor)s)
 ON CONFLICT (name) DO UPDATE
 SET is_paused = true, paused_at = now(), paused_by = excluded.paused_by, updated_at = now()
-RETURNING name, is_paused, paused_at, paused_by;
+RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
 
 -- name: resume_queue
 UPDATE {schema}.queues
 SET is_paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
 WHERE name = %(name)s
-RETURNING name, is_paused, paused_at, paused_by;
+RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
 
 -- name: list_queues
--- Every queue that has jobs or was ever paused.
-SELECT n.name, COALESCE(q.is_paused, false) AS is_paused, q.paused_at, q.paused_by
+-- Every queue that has jobs or was ever paused or limited.
+SELECT n.name, COALESCE(q.is_paused, false) AS is_paused, q.paused_at, q.paused_by,
+       q.max_running, q.rate_n, q.rate_period
 FROM (SELECT DISTINCT queue AS name FROM {schema}.jobs
       UNION SELECT name FROM {schema}.queues) n
 LEFT JOIN {schema}.queues q USING (name)

@@ -1,0 +1,167 @@
+"""The claim of limited jobs (``db/sql/flow.sql`` says why it is race-free): its two statements
+in one transaction, its parameters, and what the worker needs to know about its tasks' limits.
+
+A worker runs it only when it has a limited task or some queue is limited; otherwise its claim
+is the plain one, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .claim import ClaimResult, Loads, read_rows
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..db.queries import Queries
+    from ..flow import TaskFlow
+    from ..task import Task
+
+# How many candidates a claim looks at per free slot: some are turned away (their scope filled
+# up, or another worker holds its lock), and the rest should still fill the slots.
+SCAN_FACTOR = 2
+
+
+@dataclass(slots=True)
+class FlowClaim:
+    """What one flow claim did."""
+
+    result: ClaimResult = field(default_factory=lambda: ClaimResult([], [], []))
+    # The greatest scope claimed in: where the next claim's round robin starts.
+    last_scope: str | None = None
+    # Candidates found but not claimed: their scopes were full, rate-limited, or being claimed
+    # in by another worker (``contended``).
+    held: int = 0
+    contended: bool = False
+    # Seconds until a rate that held a job back has room again; None when no rate did.
+    open_in: float | None = None
+
+
+def task_flows(tasks: Mapping[str, Task[Any, Any]]) -> dict[str, TaskFlow]:
+    """The limits each task declares (tasks without any are left out)."""
+    return {name: t.defaults.flow for name, t in tasks.items() if t.defaults.flow is not None}
+
+
+def register_params(tasks: Mapping[str, Task[Any, Any]]) -> dict[str, Any]:
+    """register_task_limits' parameters: the rows of the limited tasks, and the scopes of the
+    others (whose limits, if an earlier deploy declared some, are removed)."""
+    flows = task_flows(tasks)
+    rows = [flow.limits_row() for flow in flows.values()]
+    columns = (
+        "max_running",
+        "rate_n",
+        "rate_period",
+        "key_max_running",
+        "key_rate_n",
+        "key_rate_period",
+    )
+    params: dict[str, Any] = {"scopes": [r["scope"] for r in rows]}
+    for column in columns:
+        params[column] = [r[column] for r in rows]
+    params["unlimited"] = [f"task:{name}" for name in tasks if name not in flows]
+    return params
+
+
+def per_scope(flows: Mapping[str, TaskFlow], free: int) -> int:
+    """How many candidates to take from one scope: the largest limit a scope of these tasks can
+    have (a rate or a queue limit alone: all free slots)."""
+    most = 1
+    for flow in flows.values():
+        limit = flow.key_concurrency if flow.concurrency_key is not None else None
+        if limit is None and flow.rate is None:
+            limit = flow.global_concurrency
+        most = max(most, free if limit is None else limit)
+    return min(most, free)
+
+
+def candidate_params(
+    *,
+    schema: str,
+    limit: int,
+    flows: Mapping[str, TaskFlow],
+    after: str | None,
+    tasks: Sequence[str] | None,
+    queues: Sequence[str] | None,
+) -> dict[str, Any]:
+    return {
+        "after": after or "",
+        "per_scope": per_scope(flows, limit),
+        "scan": limit * SCAN_FACTOR,
+        "tasks": list(tasks) if tasks is not None else None,
+        "queues": list(queues) if queues is not None else None,
+        # Advisory lock keys are per database: the schema keeps two cronbase schemas apart.
+        "lock_space": f"cronbase:{schema}:",
+    }
+
+
+async def claim_flow_jobs(
+    conn: psycopg.AsyncConnection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    *,
+    worker: str,
+    limit: int,
+    loads: Loads = json.loads,
+) -> FlowClaim:
+    """Lease up to ``limit`` limited jobs that fit in their limits, in one transaction: the
+    candidates and their scopes' locks, then the claim on a snapshot taken after the locks."""
+    async with conn.transaction():
+        cur = await conn.execute(queries.claim_flow_candidates, params)
+        row = await cur.fetchone()
+        assert row is not None
+        ids, locked, needed = row
+        if not ids:
+            return FlowClaim()
+        contended = len(locked or ()) < needed
+        if not locked:
+            return FlowClaim(held=len(ids), contended=contended)
+        cur = await conn.execute(
+            queries.claim_flow_jobs,
+            {"ids": ids, "locked": locked, "limit": limit, "worker": worker},
+        )
+        rows = await cur.fetchall()
+    return _read(rows, loads, contended)
+
+
+def claim_flow_jobs_sync(
+    conn: psycopg.Connection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    *,
+    worker: str,
+    limit: int,
+    loads: Loads = json.loads,
+) -> FlowClaim:
+    """The sync twin of :func:`claim_flow_jobs`, for tests and the bench."""
+    with conn.transaction():
+        row = conn.execute(queries.claim_flow_candidates, params).fetchone()
+        assert row is not None
+        ids, locked, needed = row
+        if not ids:
+            return FlowClaim()
+        contended = len(locked or ()) < needed
+        if not locked:
+            return FlowClaim(held=len(ids), contended=contended)
+        rows = conn.execute(
+            queries.claim_flow_jobs,
+            {"ids": ids, "locked": locked, "limit": limit, "worker": worker},
+        ).fetchall()
+    return _read(rows, loads, contended)
+
+
+def _read(rows: Sequence[tuple[Any, ...]], loads: Loads, contended: bool) -> FlowClaim:
+    jobs = [r for r in rows if r[0] is not None]
+    last = [r for r in rows if r[0] is None]
+    held, open_in = (last[0][-2], last[0][-1]) if last else (0, None)
+    scopes = [r[11] for r in jobs if r[11] is not None]
+    return FlowClaim(
+        result=read_rows([r[:11] for r in jobs], loads),
+        last_scope=max(scopes) if scopes else None,
+        held=held or 0,
+        contended=contended,
+        open_in=open_in,
+    )
