@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from . import bigtable, harness, report, workloads
+from . import bigtable, flow, harness, report, workloads
 from .cluster import Cluster, running_cluster
 from .subjects import cronbase_sql, cronbase_subject, pgqueuer_subject, procrastinate_subject, raw
 from .workloads import Measurement, Settings
@@ -100,6 +100,10 @@ def steps(urls: dict[str, str], s: Settings, only: set[str]) -> list[Step]:
 
     for subject in SUBJECTS:
         add("latency", subject.NAME, lambda m=subject: workloads.latency(m, urls[m.NAME], s))
+    cb = urls[cronbase_subject.NAME]
+    add("flow", "cronbase 1,000 keys, key_concurrency=1", lambda: flow.keys(cb, s, "keyed"))
+    add("flow", "cronbase 1,000 keys, no limit", lambda: flow.keys(cb, s, "free"))
+    add("flow", "cronbase rate_limit=100/second", lambda: flow.rate(cb, s))
     return out
 
 
@@ -239,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["enqueue", "drain", "latency", "big table"],
+        choices=["enqueue", "drain", "latency", "big table", "flow"],
         help="run only these workloads (repeatable)",
     )
     parser.add_argument(

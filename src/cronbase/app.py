@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -372,14 +372,15 @@ class App:
 
     def run_worker(
         self,
-        queues: list[str] | None = None,
+        queues: list[str] | Mapping[str, int] | None = None,
         concurrency: int = 10,
         burst: bool = False,
         **options: Any,
     ) -> None:
         """Run a worker until SIGTERM/SIGINT (or, with ``burst``, until nothing is due).
 
-        Blocks; owns its event loop. See :class:`cronbase.worker.Worker` for the options.
+        ``queues``: the queues to serve (None: all), or each with its own concurrency,
+        ``{"emails": 5, "reports": 1}``. Blocks; owns its event loop. See :class:`cronbase.worker.Worker` for the options.
         """
         worker = self.worker(queues=queues, concurrency=concurrency, burst=burst, **options)
         asyncio.run(worker.run())

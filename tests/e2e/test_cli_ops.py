@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,52 @@ def test_stats_and_check_name_due_jobs_no_live_worker_registers(
     assert (
         ok(cronbase(database_url, "check", "--max-wait", "1h", "--queue", "other")).strip() == "ok"
     )
+
+
+def test_queue_limit_and_rate_from_the_command_line(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    assert ok(cronbase(database_url, "queues", "limit", "emails", "5")).strip() == (
+        "emails: active, at most 5 running"
+    )
+    assert ok(cronbase(database_url, "queues", "rate", "emails", "100/minute")).strip() == (
+        "emails: active, at most 5 running, at most 100/minute starts"
+    )
+    assert "emails: active, at most 5 running, at most 100/minute starts" in ok(
+        cronbase(database_url, "queues", "list")
+    )
+    assert db.execute(
+        "SELECT max_running, rate_n, rate_period FROM cronbase.queues WHERE name = 'emails'"
+    ).fetchone() == (5, 100, timedelta(minutes=1))
+    ok(cronbase(database_url, "queues", "limit", "emails", "none"))
+    ok(cronbase(database_url, "queues", "rate", "emails", "none"))
+    assert db.execute(
+        "SELECT max_running, rate_n, holds_claims FROM cronbase.queues WHERE name = 'emails'"
+    ).fetchone() == (None, None, False)
+    assert [a for a, _ in audit(db)][-4:] == [
+        "limit_queue",
+        "rate_queue",
+        "limit_queue",
+        "rate_queue",
+    ]
+
+
+def test_bad_queue_limits_are_one_line_errors_that_change_nothing(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    for args, message in [
+        (
+            ("limit", "emails", "0"),
+            "queue 'emails' limit must be a whole number of at least 1, got 0",
+        ),
+        (("limit", "emails", "lots"), "'lots' is not a number of jobs"),
+        (("rate", "emails", "100/minit"), "queue 'emails' rate '100/minit' is not a rate"),
+        (("rate", "emails", "0/second"), "the count must be from 1 to 10000"),
+        (("limit", "bad name", "2"), "invalid queue name 'bad name'"),
+    ]:
+        result = cronbase(database_url, "queues", *args)
+        assert result.returncode != 0, args
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert message in lines[0], lines[0]
+    assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)

@@ -54,9 +54,30 @@ def run_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--queue",
         "queues",
         multiple=True,
-        metavar="Q",
-        help="Run jobs of this queue only (repeatable; default all).",
+        metavar="Q[=N]",
+        help="Run jobs of this queue only (repeatable; default all). Q=N: at most N of its jobs "
+        "at once in this worker (then --concurrency applies to queues given without =N).",
     )(command)
+
+
+def worker_queues(queues: tuple[str, ...], concurrency: int) -> list[str] | dict[str, int] | None:
+    """``--queue`` values: names, or a concurrency per queue when any is given as ``Q=N``."""
+    if not any("=" in q for q in queues):
+        return list(queues) or None
+    caps: dict[str, int] = {}
+    for value in queues:
+        name, _, number = value.partition("=")
+        if not number:
+            caps[name] = concurrency
+            continue
+        try:
+            caps[name] = int(number)
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r}: write a queue and its concurrency as Q=N, such as emails=5",
+                param_hint="--queue",
+            ) from None
+    return caps
 
 
 # How long handler threads may take to notice the worker has stopped before the process leaves
@@ -202,7 +223,7 @@ def worker(
         "shutdown_grace": seconds(shutdown_grace),
     }
     app.run_worker(
-        queues=list(queues) or None,
+        queues=worker_queues(queues, concurrency),
         concurrency=concurrency,
         burst=burst,
         schedule=schedule,
@@ -233,7 +254,9 @@ def tick(settings: Settings, queues: tuple[str, ...], concurrency: int, no_run: 
         "tick: %d new jobs from schedules (%d slot jobs due)", scheduler.fired, len(created)
     )
     if not no_run:
-        app.run_worker(queues=list(queues) or None, concurrency=concurrency, burst=True)
+        app.run_worker(
+            queues=worker_queues(queues, concurrency), concurrency=concurrency, burst=True
+        )
     app.close()
     _exit_if_handlers_linger()
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from ..audit import cli_actor
 from ..job import JobStatus
 from ..maintenance import PRUNABLE, prune
+from ..queues import QueueState
 from ..stats import Overview
 from .common import EXIT_FAILED, Settings, parse_duration, status_text
 from .main import cli
@@ -73,20 +74,63 @@ def unserved_lines(overview: Overview) -> list[str]:
 
 @cli.group()
 def queues() -> None:
-    """Pause and resume queues (workers do not claim from a paused queue)."""
+    """Pause, resume and limit queues (workers do not claim from a paused queue)."""
+
+
+def describe_queue(q: QueueState) -> str:
+    state = (
+        f"paused since {q.paused_at:%Y-%m-%d %H:%M} by {q.paused_by}" if q.is_paused else "active"
+    )
+    if q.max_running is not None:
+        state += f", at most {q.max_running} running"
+    if q.rate is not None:
+        state += f", at most {q.rate} starts"
+    return f"{q.name}: {state}"
 
 
 @queues.command("list")
 @click.pass_obj
 def list_queues(settings: Settings) -> None:
-    """Queues with jobs, and whether they are paused."""
+    """Queues with jobs, whether they are paused, and their limits."""
     for q in settings.app().queues.list():
-        state = (
-            f"paused since {q.paused_at:%Y-%m-%d %H:%M} by {q.paused_by}"
-            if q.is_paused
-            else "active"
-        )
-        click.echo(f"{q.name}: {state}")
+        click.echo(describe_queue(q))
+
+
+def _limit_value(value: str) -> int | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a number of jobs (or none to remove the limit)", param_hint="N"
+        ) from None
+
+
+@queues.command("limit")
+@click.argument("name")
+@click.argument("n")
+@click.pass_obj
+def limit_queue(settings: Settings, name: str, n: str) -> None:
+    """At most N running jobs of queue NAME across all workers (N = none removes the limit)."""
+    app = settings.app()
+    state = app.queues.set_limit(name, _limit_value(n))
+    app.audit.record(cli_actor(), "limit_queue", name, {"max_running": state.max_running})
+    click.echo(describe_queue(state))
+
+
+@queues.command("rate")
+@click.argument("name")
+@click.argument("rate")
+@click.pass_obj
+def rate_queue(settings: Settings, name: str, rate: str) -> None:
+    """At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it)."""
+    app = settings.app()
+    state = app.queues.set_rate(name, None if rate.lower() == "none" else rate)
+    app.audit.record(
+        cli_actor(), "rate_queue", name, {"rate": str(state.rate) if state.rate else None}
+    )
+    click.echo(describe_queue(state))
 
 
 @queues.command("pause")

@@ -35,6 +35,8 @@ import os
 import secrets
 import signal
 import socket
+from collections import Counter as Tally
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -57,7 +59,6 @@ from .health import FailureLog, connect_when_ready, is_fatal
 from .heartbeat import Heartbeater
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Any
 
     from psycopg_pool import AsyncConnectionPool
@@ -85,7 +86,10 @@ DEFAULT_RETENTION = Retention()
 class Worker:
     """Runs jobs of an :class:`~cronbase.App` until stopped. ``app.run_worker()`` is the short way.
 
-    Options: ``queues`` (None = all), ``concurrency`` (jobs at once), ``burst`` (drain what is
+    Options: ``queues`` (None = all; a mapping such as ``{"emails": 5, "reports": 1}`` gives
+    each queue its own number of jobs at once, so long jobs of one queue cannot hold back the
+    others, and ``concurrency`` is then their sum), ``concurrency`` (jobs at once), ``burst``
+    (drain what is
     due, then return), ``poll_interval`` (fallback when no notification comes), ``reap_interval``
     (how often expired leases are looked for), ``shutdown_grace`` (how long running jobs may take
     to finish after a stop request), ``install_signal_handlers``, ``schedule`` (fire due schedule
@@ -103,7 +107,7 @@ class Worker:
         tasks: Mapping[str, Task[Any, Any]],
         *,
         periodic: Mapping[str, ScheduleSpec] | None = None,
-        queues: list[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
         concurrency: int = 10,
         burst: bool = False,
         poll_interval: timedelta = timedelta(seconds=1),
@@ -117,12 +121,24 @@ class Worker:
         metrics_host: str = "127.0.0.1",
         fatal_after: timedelta = timedelta(seconds=30),
     ) -> None:
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
         if queues is not None and not queues:
             raise ConfigurationError("queues must name at least one queue (or be None for all)")
         for queue in queues or []:
             check_name("queue", queue)
+        # Per-queue concurrency: each queue's jobs at once, counted here (one worker's own
+        # limit; a fleet-wide one is app.queues.set_limit).
+        self.queue_caps: dict[str, int] | None = None
+        if isinstance(queues, Mapping):
+            for queue, cap in queues.items():
+                if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+                    raise ConfigurationError(
+                        f"queue {queue!r}: concurrency must be a whole number of at least 1, "
+                        f"got {cap!r}"
+                    )
+            self.queue_caps = dict(sorted(queues.items()))
+            concurrency = sum(self.queue_caps.values())
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
         self.db = db
         self.tasks = tasks
         self.periodic = periodic or {}
@@ -274,7 +290,11 @@ class Worker:
             logger.info(
                 "worker %s started: queues=%s concurrency=%d%s%s",
                 self.id,
-                ",".join(self.queues or ["*"]),
+                ",".join(
+                    [f"{q}={n}" for q, n in self.queue_caps.items()]
+                    if self.queue_caps
+                    else self.queues or ["*"]
+                ),
                 self.concurrency,
                 " burst" if self.burst else "",
                 " schedules" if self.schedule else "",
@@ -363,15 +383,27 @@ class Worker:
         # Cleared before claiming: a notification or a finished job from now on leads to
         # another claim, one from before is answered by this one.
         self._wake.clear()
-        free = self.concurrency - len(self._running)
-        if free <= 0 or self._stopping:  # stopping: a signal came during the reap
+        self._held_back = 0
+        self._flow_retry_in = None
+        if self._stopping:  # a signal came during the reap
             return []
-        return await self._claim(free)
+        if self.queue_caps is None:
+            free = self.concurrency - len(self._running)
+            return await self._claim(free, self.queues) if free > 0 else []
+        # A claim per queue with free slots (no prefetch beyond them: graphile-worker's shared
+        # prefetch broke its per-queue limits, #621).
+        running = Tally(job.queue for job in self._running)
+        jobs: list[ClaimedJob] = []
+        for queue, cap in self.queue_caps.items():
+            free = cap - running[queue]
+            if free > 0:
+                jobs += await self._claim(free, [queue])
+        return jobs
 
     def _is_limited(self, job: ClaimedJob) -> bool:
         return job.task in self._flows or job.queue in self._limited_queues
 
-    async def _claim(self, limit: int) -> list[ClaimedJob]:
+    async def _claim(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         assert self._heartbeater is not None
         assert self._completer is not None
         # The successes waiting to be written ride on this claim: one statement, one commit.
@@ -380,17 +412,19 @@ class Worker:
         if self._flows or self._limited_queues:
             if any(self._is_limited(o.job) for o in carried):
                 # Write them first: the slots they held are free for the flow claim below.
-                await self._claim_plain(carried, 0)
+                await self._claim_plain(carried, 0, queues)
                 carried = []
-            jobs = await self._claim_flow(limit)
+            jobs = await self._claim_flow(limit, queues)
             limit -= len(jobs)
         if limit > 0 or carried:
-            jobs += await self._claim_plain(carried, limit)
+            jobs += await self._claim_plain(carried, limit, queues)
         jobs.sort(key=lambda j: (j.priority, j.id))
         self._start(jobs)
         return jobs
 
-    async def _claim_plain(self, carried: list[Outcome], limit: int) -> list[ClaimedJob]:
+    async def _claim_plain(
+        self, carried: list[Outcome], limit: int, queues: list[str] | None
+    ) -> list[ClaimedJob]:
         """claim_jobs: up to ``limit`` unlimited jobs, writing the ``carried`` successes."""
         assert self._pool is not None
         assert self._completer is not None
@@ -398,7 +432,7 @@ class Worker:
             done=[o.job for o in carried],
             limit=limit,
             worker=self.id,
-            queues=self.queues,
+            queues=queues,
             tasks=self._task_names,
         )
         try:
@@ -413,7 +447,7 @@ class Worker:
             self._completer.add(undecodable(bad))
         return result.jobs
 
-    async def _claim_flow(self, limit: int) -> list[ClaimedJob]:
+    async def _claim_flow(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         """claim_flow_jobs (flow.py): up to ``limit`` limited jobs that fit in their limits."""
         assert self._pool is not None
         assert self._completer is not None
@@ -423,7 +457,7 @@ class Worker:
             flows=self._flows,
             after=self._flow_after,
             tasks=self._task_names,
-            queues=self.queues,
+            queues=queues,
         )
         async with self._pool.connection() as conn:
             flow: FlowClaim = await claim_flow_jobs(
@@ -439,10 +473,12 @@ class Worker:
         # The next claim's round robin starts after the last scope served (from the start
         # once none was).
         self._flow_after = flow.last_scope
-        self._held_back = flow.held
+        self._held_back += flow.held
         # Another worker was claiming in a scope this one wanted: its transaction is short, so
         # look again soon. A rate held a job back: look again when its window has room.
-        self._flow_retry_in = FLOW_CONTENDED_RETRY if flow.contended else flow.open_in
+        retry_in = FLOW_CONTENDED_RETRY if flow.contended else flow.open_in
+        if retry_in is not None:
+            self._flow_retry_in = min(retry_in, self._flow_retry_in or retry_in)
         return flow.result.jobs
 
     def _start(self, jobs: list[ClaimedJob]) -> None:
