@@ -27,7 +27,7 @@ from .retry import Backoff
 from .schedule.admin import Schedules
 from .schedule.scheduler import ScheduleSpec
 from .stats import Overview, UnservedJobs, overview, overview_async, unserved_jobs
-from .task import Task, TaskDefaults, check_steering, find_task
+from .task import Task, TaskDefaults, check_steering, check_unique, find_task
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -180,6 +180,7 @@ class App:
         if timeout is not None and timeout <= timedelta(0):
             raise ConfigurationError(f"timeout must be positive, got {timeout!r}")
         check_steering(retry_on, dont_retry_on, max_snoozes)
+        check_unique(unique_for, unique_key)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = check_name("task", f.__name__ if name is None else name)

@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow, tuple_row
 
 from .connections import async_connection, sync_connection
 from .errors import CronbaseError, JobNotFoundError, JobStateError
-from .flow import TaskFlow
+from .flow import TaskFlow, render_key
 from .job import Job, JobAttempt, JobStatus, Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
 from .payload import JSONDumps
@@ -59,6 +59,9 @@ class JobOptions:
     # The task's limits (flow.py) and this job's concurrency key, when configure gave one.
     flow: TaskFlow | None = None
     concurrency_key: str | None = None
+    # One job per task, key (unique_key, a template over the payload) and window of unique_for.
+    unique_for: timedelta | None = None
+    unique_key: str | None = None
 
     def check(self) -> None:
         """Refuse, naming the bad value, an option the database would refuse or misread."""
@@ -104,10 +107,19 @@ class JobOptions:
             self.dedupe_key is None or self.idempotency_key is not None
         ):
             raise CronbaseError("on_duplicate='replace' needs a dedupe_key and no idempotency_key")
+        if self.on_duplicate == "replace" and self.unique_for is not None:
+            raise CronbaseError(
+                f"on_duplicate='replace' cannot be used with a unique_for task: the window's first "
+                f"job stays (unique_for={self.unique_for})"
+            )
 
     @property
     def has_keys(self) -> bool:
-        return self.idempotency_key is not None or self.dedupe_key is not None
+        return (
+            self.idempotency_key is not None
+            or self.dedupe_key is not None
+            or self.unique_for is not None
+        )
 
     @functools.cached_property
     def insert_params(self) -> dict[str, Any]:
@@ -122,6 +134,8 @@ class JobOptions:
             "lease": self.lease,
             "metadata": None,
             "flow_key": None,
+            "unique_prefix": None,
+            "unique_seconds": None,
         }
 
     def flow_key(self, payload: Payload) -> str | None:
@@ -159,6 +173,14 @@ def build_insert(
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
     params["dedupe_key"] = opts.dedupe_key
+    if opts.unique_for is not None:
+        key = (
+            ""
+            if opts.unique_key is None
+            else render_key(task, opts.unique_key, payload, "unique_key")
+        )
+        params["unique_prefix"] = f"{task}|{check_key('unique_key', key) if key else ''}|"
+        params["unique_seconds"] = opts.unique_for.total_seconds()
     if opts.on_duplicate == "replace":
         return q.upsert_job_replace, params
     return q.insert_job_unique, params
@@ -173,6 +195,11 @@ def build_insert_many(
     metadata: dict[str, Any] | None = None,
     dumps: JSONDumps | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
+    if opts.unique_for is not None:
+        raise CronbaseError(
+            f"task {task!r} is unique_for {opts.unique_for}: defer its jobs one by one (each "
+            "defer returns the window's job when there is one), not with defer_many"
+        )
     if opts.has_keys:
         raise CronbaseError(
             "defer_many takes no idempotency_key or dedupe_key (one key cannot fit many jobs); "

@@ -76,18 +76,19 @@ def check_limit(what: str, value: object) -> int:
     return value
 
 
-def _template_fields(template: str) -> tuple[str, ...]:
+def check_template(template: str, what: str = "concurrency_key") -> tuple[str, ...]:
+    """The payload fields a key template names; ConfigurationError naming a bad template."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise ConfigurationError(f"concurrency_key {template!r} is not a template: {exc}") from None
+        raise ConfigurationError(f"{what} {template!r} is not a template: {exc}") from None
     fields = []
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
         if not name.isidentifier() or spec or conversion:
             raise ConfigurationError(
-                f"concurrency_key {template!r}: {{{name}}} must name a payload field, as in "
+                f"{what} {template!r}: {{{name}}} must name a payload field, as in "
                 "'tenant:{tenant_id}' (no indexing, format spec or conversion)"
             )
         fields.append(name)
@@ -129,7 +130,7 @@ class TaskFlow:
                 raise ConfigurationError(
                     f"concurrency_key must be a template string, got {concurrency_key!r}"
                 )
-            _template_fields(concurrency_key)
+            check_template(concurrency_key)
         rate = None if rate_limit is None else parse_rate(rate_limit)
         if concurrency_key is not None and key_concurrency is None and rate is None:
             raise ConfigurationError(
@@ -172,17 +173,15 @@ class TaskFlow:
         }
 
 
-def render_key(task: str, template: str, payload: Any) -> str:
+def render_key(task: str, template: str, payload: Any, what: str = "concurrency_key") -> str:
     """``template`` with each ``{field}`` replaced by the payload's value; PayloadError naming
     the missing field (nothing is written)."""
     if not isinstance(payload, dict):
-        raise PayloadError(
-            f"task {task!r}: concurrency_key {template!r} needs a JSON object payload"
-        )
+        raise PayloadError(f"task {task!r}: {what} {template!r} needs a JSON object payload")
     try:
         return template.format_map(payload)
     except KeyError as exc:
         raise PayloadError(
-            f"task {task!r}: concurrency_key {template!r} names {exc.args[0]!r}, which the "
+            f"task {task!r}: {what} {template!r} names {exc.args[0]!r}, which the "
             f"payload does not have (it has {', '.join(map(repr, payload)) or 'no fields'})"
         ) from None

@@ -12,7 +12,7 @@ from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_asy
 from .convert import Unresolved, argument_converters, convert_arguments
 from .converters import Converter
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
-from .flow import TaskFlow
+from .flow import TaskFlow, check_template
 from .hooks import Hooks
 from .job import Payload
 from .retry import Backoff
@@ -37,6 +37,22 @@ def _exception_types(what: str, value: object) -> None:
         raise ConfigurationError(
             f"{what} must be a tuple of exception classes, such as (IOError,), got {value!r}"
         )
+
+
+def check_unique(unique_for: object, unique_key: object) -> None:
+    """Refuse, naming the value, a unique_for / unique_key a task cannot use."""
+    if unique_for is not None and (
+        not isinstance(unique_for, timedelta) or unique_for < timedelta(seconds=1)
+    ):
+        raise ConfigurationError(
+            f"unique_for must be a timedelta of at least one second, got {unique_for!r}"
+        )
+    if unique_key is not None:
+        if unique_for is None:
+            raise ConfigurationError(f"unique_key={unique_key!r} needs unique_for (the window)")
+        if not isinstance(unique_key, str) or not unique_key:
+            raise ConfigurationError(f"unique_key must be a template string, got {unique_key!r}")
+        check_template(unique_key, "unique_key")
 
 
 def check_steering(retry_on: object, dont_retry_on: object, max_snoozes: object) -> None:
@@ -201,6 +217,8 @@ class Task(Generic[P, R]):
             max_attempts=d.max_attempts,
             lease=d.lease,
             flow=d.flow,
+            unique_for=d.unique_for,
+            unique_key=d.unique_key,
         )
         self._options = (d, opts)
         return opts

@@ -19,16 +19,22 @@ WITH ins AS (
 SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 
 -- name: insert_job_unique
--- Insert one job with an idempotency and/or dedupe key; on conflict return the existing job.
+-- Insert one job with an idempotency and/or dedupe key, or of a unique_for task; on conflict
+-- return the existing job. A unique_for job's key is its task and rendered key
+-- (%(unique_prefix)s) and the number of its window: run_at (database time) over the period, in
+-- whole %(unique_seconds)s since the epoch, so windows are aligned in UTC and the same for every
+-- enqueuer, whatever its clock (River's by-period uniqueness, PR #734).
 -- The second branch runs only when the insert did nothing. It can miss a row committed after this
 -- statement's snapshot was taken (the conflicting insert we waited on); the caller then runs the
 -- statement again, which takes a fresh snapshot. Only a job inserted (and due) notifies.
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               idempotency_key, dedupe_key, metadata, flow_key)
+                               idempotency_key, dedupe_key, metadata, flow_key, unique_for_key)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(idempotency_key)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s)
+            %(lease)s, %(idempotency_key)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s,
+            %(unique_prefix)s::text || floor(extract(epoch FROM COALESCE(
+                %(run_at)s::timestamptz, now() + %(delay)s::interval)) / %(unique_seconds)s::float8)::bigint)
     ON CONFLICT DO NOTHING
     RETURNING id, queue, run_at
 ), notified AS (
@@ -37,12 +43,16 @@ WITH ins AS (
 SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n
 UNION ALL
 SELECT id, false AS created FROM (
-    -- When the two keys match different jobs, the idempotency key's job is the answer.
+    -- When the keys match different jobs, the idempotency key's job is the answer.
     SELECT id, idempotency_key IS NOT DISTINCT FROM %(idempotency_key)s AS by_key
     FROM {schema}.jobs
     WHERE NOT EXISTS (SELECT FROM ins)
       AND (idempotency_key = %(idempotency_key)s
-           OR (dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running')))
+           OR (dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running'))
+           OR (unique_for_key = %(unique_prefix)s::text || floor(extract(epoch FROM COALESCE(
+                   %(run_at)s::timestamptz, now() + %(delay)s::interval))
+                   / %(unique_seconds)s::float8)::bigint
+               AND status <> 'cancelled'))
     ORDER BY by_key DESC
     LIMIT 1
 ) existing;
