@@ -9,6 +9,7 @@ overrun under concurrent claimers; pgqueuer removed its rate limiter as flaky (#
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,51 @@ def test_a_full_key_does_not_delay_the_other_keys(
     assert waits[0] < 2.0
     wait_all_done(db, 80)
     assert max_running(db, "key")["slow"] == 1
+
+
+def test_a_killed_workers_slot_stays_taken_until_its_job_is_reaped(
+    flow: cronbase.App, db: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    """solid_queue released a semaphore at a restart (#735) and let a second job of the key run
+    beside one still held. Here the slot is the running row: a SIGKILLed worker's job holds it
+    until its lease runs out and the reaper ends it."""
+    one_per_key = flow.tasks["one_per_key"].configure(lease=timedelta(seconds=2))
+    first = one_per_key.defer(key="x", ms=60_000)
+    with WorkerProcesses(database_url, tmp_path, module="tests.e2e.flow_app") as processes:
+        doomed = processes.start("doomed", "--concurrency", "4", "--poll-interval", "0.2")
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM flow_executions WHERE job_id = %s", (first,)
+                ).fetchone()
+                == (1,)
+            ),
+            what="the first job started",
+        )
+        second = one_per_key.defer(key="x", ms=10)
+        doomed.popen.kill()
+        doomed.popen.wait(10)
+        processes.start(
+            "next", "--concurrency", "4", "--poll-interval", "0.2", "--reap-interval", "0.2"
+        )
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM flow_executions WHERE job_id = %s", (second,)
+                ).fetchone()
+                == (1,)
+            ),
+            timeout=30,
+            what="the second job ran",
+        )
+    history = db.execute(
+        "SELECT outcome, finished_at FROM cronbase.job_attempts WHERE job_id = %s", (first,)
+    ).fetchall()
+    assert [outcome for outcome, _ in history] == ["lost"]
+    reaped_at = history[0][1]
+    started = db.execute(
+        "SELECT start_at FROM flow_executions WHERE job_id = %s", (second,)
+    ).fetchone()
+    assert started is not None
+    # The second job of the key started only once the first was reaped.
+    assert started[0] > reaped_at
