@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .db.database import Row
+from .flow import Rate
 from .job import JobStatus
 
 if TYPE_CHECKING:
@@ -27,6 +28,9 @@ class QueueStats:
     oldest_wait: float | None  # the oldest due job's wait so far
     wait_p50: float | None  # start minus due time, over jobs started in the last hour
     wait_p95: float | None
+    # Fleet-wide limits (app.queues.set_limit / set_rate); None: none.
+    max_running: int | None = None
+    rate: Rate | None = None
 
     @property
     def waiting(self) -> int:
@@ -42,6 +46,12 @@ class QueueStats:
             oldest_wait=row["oldest_wait"],
             wait_p50=row["wait_p50"],
             wait_p95=row["wait_p95"],
+            max_running=row.get("max_running"),
+            rate=(
+                Rate(row["rate_n"], row["rate_period"])
+                if row.get("rate_n") is not None and row.get("rate_period") is not None
+                else None
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -52,6 +62,8 @@ class QueueStats:
             "oldest_wait_seconds": self.oldest_wait,
             "wait_p50_seconds": self.wait_p50,
             "wait_p95_seconds": self.wait_p95,
+            "max_running": self.max_running,
+            "rate": None if self.rate is None else str(self.rate),
         }
 
 

@@ -362,3 +362,44 @@ def test_the_overview_names_due_jobs_no_live_worker_registers(
     assert page.status_code == 200
     assert "Waiting for a worker that knows their task" in page.text
     assert "1 due jobs of task <code>renamed_task</code>" in page.text
+
+
+# -- queue limits ----------------------------------------------------------------------------------
+
+
+def test_queue_limits_are_set_and_shown_from_the_overview(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    test_app.tasks["send_email"].defer(to="a@b.c")
+    token = csrf_token(client.get("/").text)
+    for path, data, notice in [
+        ("/queues/limit", {"queue": "emails", "max_running": "5"}, "queue-limited"),
+        ("/queues/rate", {"queue": "emails", "rate": "100/minute"}, "queue-rated"),
+    ]:
+        done = client.post(path, data={**data, "csrf_token": token})
+        assert (done.status_code, done.headers["location"]) == (303, f"/?done={notice}")
+    page = client.get("/").text
+    assert 'name="max_running" size="4" value="5"' in page
+    assert 'name="rate" size="10" value="100/minute"' in page
+    assert db.execute(
+        "SELECT max_running, rate_n FROM cronbase.queues WHERE name = 'emails'"
+    ).fetchone() == (5, 100)
+    # A bad value is refused with its one-line reason, and changes nothing.
+    for data, message in [
+        ({"queue": "emails", "max_running": "lots"}, "limit &#39;lots&#39; is not a whole number"),
+        ({"queue": "emails", "max_running": "0"}, "must be a whole number of at least 1, got 0"),
+    ]:
+        refused = client.post("/queues/limit", data={**data, "csrf_token": token})
+        assert refused.status_code == 409
+        assert message in refused.text
+    refused = client.post(
+        "/queues/rate", data={"queue": "emails", "rate": "fast", "csrf_token": token}
+    )
+    assert refused.status_code == 409
+    assert "is not a rate" in refused.text
+    # Empty removes a limit.
+    client.post("/queues/limit", data={"queue": "emails", "max_running": "", "csrf_token": token})
+    assert db.execute(
+        "SELECT max_running, rate_n FROM cronbase.queues WHERE name = 'emails'"
+    ).fetchone() == (None, 100)
+    assert [a for _, a, _ in audit_rows(db)] == ["queue.limit", "queue.rate", "queue.limit"]

@@ -44,6 +44,16 @@ async def _field(request: Request, name: str) -> str:
     return value.strip()
 
 
+def _optional_int(what: str, value: str) -> int | None:
+    """A number from a form field; empty or "none": None."""
+    if value.lower() in ("", "none"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise CronbaseError(f"{what} {value!r} is not a whole number (or none)") from None
+
+
 class Actions:
     def __init__(self, app: App, renderer: Renderer, tokens: CsrfTokens) -> None:
         self.app = app
@@ -116,6 +126,29 @@ class Actions:
             return Done(f"queue:{name}", {}, "overview", {}, "queue-resumed")
 
         return await self._run(request, "queue.resume", change)
+
+    async def limit_queue(self, request: Request) -> Response:
+        name = await _field(request, "queue")
+        value = str((await request.form()).get("max_running") or "").strip()
+
+        async def change(who: str) -> Done:
+            limit = _optional_int("limit", value)
+            await self.app.queues.set_limit_async(name, limit)
+            return Done(f"queue:{name}", {"max_running": limit}, "overview", {}, "queue-limited")
+
+        return await self._run(request, "queue.limit", change)
+
+    async def rate_queue(self, request: Request) -> Response:
+        name = await _field(request, "queue")
+        value = str((await request.form()).get("rate") or "").strip()
+
+        async def change(who: str) -> Done:
+            rate = None if value.lower() in ("", "none") else value
+            state = await self.app.queues.set_rate_async(name, rate)
+            detail = {"rate": None if state.rate is None else str(state.rate)}
+            return Done(f"queue:{name}", detail, "overview", {}, "queue-rated")
+
+        return await self._run(request, "queue.rate", change)
 
     async def pause_schedule(self, request: Request) -> Response:
         key = await _field(request, "key")

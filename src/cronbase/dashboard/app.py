@@ -102,6 +102,8 @@ def create_app(
         Route("/dead/requeue", actions.requeue_dead, methods=["POST"], name="requeue_dead"),
         Route("/queues/pause", actions.pause_queue, methods=["POST"], name="pause_queue"),
         Route("/queues/resume", actions.resume_queue, methods=["POST"], name="resume_queue"),
+        Route("/queues/limit", actions.limit_queue, methods=["POST"], name="limit_queue"),
+        Route("/queues/rate", actions.rate_queue, methods=["POST"], name="rate_queue"),
         Route("/schedules/pause", actions.pause_schedule, methods=["POST"], name="pause_schedule"),
         Route(
             "/schedules/resume", actions.resume_schedule, methods=["POST"], name="resume_schedule"

@@ -27,6 +27,8 @@ NOTICES = {
     "requeued": "{count} dead job(s) queued again.",
     "queue-paused": "Queue paused: workers take no more of its jobs until it is resumed.",
     "queue-resumed": "Queue resumed.",
+    "queue-limited": "Queue limit saved: it holds for all workers from their next claim.",
+    "queue-rated": "Queue rate saved: it holds for all workers from their next claim.",
     "schedule-paused": "Schedule paused: its slots are skipped until it is resumed.",
     "schedule-resumed": "Schedule resumed from its next slot.",
 }

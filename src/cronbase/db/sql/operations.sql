@@ -31,7 +31,7 @@ RETURNING *;
 SELECT * FROM {schema}.audit_log ORDER BY at DESC, id DESC LIMIT %(limit)s;
 
 -- name: queue_overview
--- Per queue: counts by status, paused or not, the oldest due job's wait so far, and the wait
+-- Per queue: counts by status, paused or not, its limits, the oldest due job's wait so far, and the wait
 -- (start minus due time) of the jobs started in the last hour at the 50th and 95th percentile.
 WITH counts AS (
     SELECT queue, jsonb_object_agg(status, n) AS counts
@@ -54,7 +54,7 @@ WITH counts AS (
     SELECT queue FROM counts UNION SELECT name FROM {schema}.queues
 )
 SELECT n.queue, COALESCE(c.counts, '{{}}'::jsonb) AS counts,
-       COALESCE(q.is_paused, false) AS is_paused,
+       COALESCE(q.is_paused, false) AS is_paused, q.max_running, q.rate_n, q.rate_period,
        o.oldest_wait, w.wait_p50, w.wait_p95
 FROM names n
 LEFT JOIN counts c USING (queue)
