@@ -275,3 +275,43 @@ def test_the_dashboard_through_transaction_mode(
     assert {(path, status) for path, status, _ in found if status != 200} == set()
     assert any(f"/jobs/{job_id}" == path and "shown" in text for path, _, text in found)
     app.close()
+
+
+def test_limits_hold_through_transaction_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str], tmp_path: Path
+) -> None:
+    """The flow claim's two statements share a transaction, and its advisory locks are
+    transaction-level: through a transaction pooler (5 server connections for three workers)
+    a lock cannot outlive its claim or leak to another client's transaction."""
+    from tests.e2e.flow_app import FLOW_TABLE, make_flow_app
+    from tests.e2e.test_flow_limits import max_running
+
+    _, transaction, _, direct = stack
+    url = transaction.url("app")
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(FLOW_TABLE)
+        env = {"CRONBASE_POOLER": "transaction"}
+        with WorkerProcesses(url, tmp_path, module="tests.e2e.flow_app", env=env) as workers:
+            for name in ("A", "B", "C"):
+                workers.start(name, "--concurrency", "8", "--poll-interval", "0.2")
+            app = make_flow_app(url)
+            app.tasks["per_tenant"].defer_many(
+                [{"tenant": t, "ms": 5 + (n * 7) % 30} for n in range(20) for t in range(4)]
+            )
+            app.tasks["three_at_a_time"].defer_many(
+                [{"n": n, "ms": 5 + (n * 11) % 30} for n in range(40)]
+            )
+            app.close()
+            wait_for(
+                lambda: (
+                    count(direct, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                    == 120
+                ),
+                timeout=120,
+                what="120 limited jobs to succeed",
+            )
+        per_key = max_running(conn, "CASE WHEN task = 'per_tenant' THEN key END")
+        per_key.pop(None, None)
+        per_task = max_running(conn, "task")
+    assert max(per_key.values()) == 2
+    assert per_task["three_at_a_time"] == 3
