@@ -154,8 +154,15 @@ def test_queue_limit_and_rate_from_the_command_line(
     assert ok(cronbase(database_url, "queues", "rate", "emails", "100/minute")).strip() == (
         "emails: active, at most 5 running, at most 100/minute starts"
     )
-    assert "emails: active, at most 5 running, at most 100/minute starts" in ok(
-        cronbase(database_url, "queues", "list")
+    listed = ok(cronbase(database_url, "queues", "list")).splitlines()
+    assert "emails: active, at most 5 running, at most 100/minute starts" in listed
+    # A task's limits, as its workers registered them (here: as a worker would).
+    db.execute(
+        "INSERT INTO cronbase.flow_limits (scope, key_max_running, key_rate_n, key_rate_period) "
+        "VALUES ('task:sync', 1, 10, interval '1 second')"
+    )
+    assert ok(cronbase(database_url, "queues", "list")).splitlines()[-1] == (
+        "task sync: at most 1 running per key, at most 10/second starts per key"
     )
     assert db.execute(
         "SELECT max_running, rate_n, rate_period FROM cronbase.queues WHERE name = 'emails'"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from ..audit import cli_actor
+from ..flow import Rate
 from ..job import JobStatus
 from ..maintenance import PRUNABLE, prune
 from ..queues import QueueState
@@ -91,9 +93,26 @@ def describe_queue(q: QueueState) -> str:
 @queues.command("list")
 @click.pass_obj
 def list_queues(settings: Settings) -> None:
-    """Queues with jobs, whether they are paused, and their limits."""
-    for q in settings.app().queues.list():
+    """Queues with jobs, whether they are paused, and their limits; then the tasks' limits."""
+    app = settings.app()
+    for q in app.queues.list():
         click.echo(describe_queue(q))
+    for row in app.db.fetch_all(app.queries.list_task_limits):
+        click.echo(describe_task_limits(row))
+
+
+def describe_task_limits(row: dict[str, Any]) -> str:
+    """A task's limits as its workers last registered them."""
+    parts = []
+    if row["max_running"] is not None:
+        parts.append(f"at most {row['max_running']} running")
+    if row["key_max_running"] is not None:
+        parts.append(f"at most {row['key_max_running']} running per key")
+    if row["rate_n"] is not None:
+        parts.append(f"at most {Rate(row['rate_n'], row['rate_period'])} starts")
+    if row["key_rate_n"] is not None:
+        parts.append(f"at most {Rate(row['key_rate_n'], row['key_rate_period'])} starts per key")
+    return f"task {row['task']}: {', '.join(parts) or 'no limit'}"
 
 
 def _limit_value(value: str) -> int | None:
