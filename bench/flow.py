@@ -112,7 +112,7 @@ def rate(url: str, s: Settings) -> list[Measurement]:
     with psycopg.connect(url) as conn:
         row = conn.execute(
             """
-            SELECT count(*), extract(epoch FROM max(started_at) - min(started_at)),
+            SELECT count(*), extract(epoch FROM max(started_at) - min(started_at))::float8,
                    (SELECT max(n) FROM (
                        SELECT count(*) OVER (ORDER BY started_at RANGE BETWEEN CURRENT ROW
                                              AND interval '1 second' - interval '1 microsecond'
