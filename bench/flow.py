@@ -1,7 +1,9 @@
 """Flow-control workloads (``--only flow``): what a limit costs, and whether it held.
 
 - keys: ``s.jobs`` jobs of 1 ms over 1,000 keys at ``key_concurrency=1``, four burst workers of
-  concurrency 100; beside it the same jobs with no limit. Each handler notes its start and end
+  concurrency 100; beside it the same jobs with no limit. Each key's jobs are enqueued together
+  (key = n * 1000 // jobs), the hard order for a limited claim: the head of the queue is one
+  full key after another. Each handler notes its start and end
   (``time.time()``, one clock for the machine's processes); the most handlers of one key that
   overlapped is reported (it must be 1).
 - rate: 3,000 no-op jobs at ``rate_limit="100/second"``, four burst workers; starts per second
@@ -92,7 +94,7 @@ def most_overlapping(spans: list[tuple[int, float, float]]) -> int:
 
 def keys(url: str, s: Settings, task: str) -> list[Measurement]:
     _reset(url)
-    _preload(url, task, [{"key": n % KEYS, "n": n} for n in range(s.jobs)])
+    _preload(url, task, [{"key": n * KEYS // s.jobs, "n": n} for n in range(s.jobs)])
     result = harness.run_children(drain_child, [(url,)] * PROCS, s.drain_cap * 4)
     spans = [span for report in result.reports for span in report]
     done = harness.count(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
