@@ -5,6 +5,7 @@ from .client import JobOptions
 from .context import JobContext, current_job
 from .effects import Effect, EffectRecord
 from .errors import (
+    Cancel,
     ConfigurationError,
     ConnectionTypeError,
     CronbaseError,
@@ -19,10 +20,13 @@ from .errors import (
     LeaseLostError,
     MigrationError,
     PayloadError,
+    ResultError,
     ScheduleError,
+    Snooze,
     UnknownTaskError,
     WorkerFatalError,
 )
+from .flow import Rate
 from .job import Job, JobAttempt, JobStatus
 from .retry import Backoff
 from .schedule.scheduler import Schedule, Scheduler
@@ -32,6 +36,7 @@ from .worker import Worker
 __all__ = [
     "App",
     "Backoff",
+    "Cancel",
     "ConfigurationError",
     "ConnectionTypeError",
     "CronbaseError",
@@ -54,9 +59,12 @@ __all__ = [
     "LeaseLostError",
     "MigrationError",
     "PayloadError",
+    "Rate",
+    "ResultError",
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "Snooze",
     "Task",
     "UnknownTaskError",
     "Worker",

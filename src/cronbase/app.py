@@ -20,7 +20,7 @@ from .errors import ConfigurationError, PayloadError
 from .flow import Rate, TaskFlow
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
-from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_name
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_name
 from .payload import JSONDumps, JSONLoads
 from .queues import Queues
 from .retry import Backoff
@@ -60,6 +60,7 @@ class App:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         json_dumps: JSONDumps | None = None,
         json_loads: JSONLoads | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.db = Database(
             database_url,
@@ -70,6 +71,7 @@ class App:
             max_payload_bytes=max_payload_bytes,
             json_dumps=json_dumps,
             json_loads=json_loads,
+            max_result_bytes=max_result_bytes,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.

@@ -25,6 +25,7 @@ from .job import Job, JobAttempt, JobStatus, Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
 from .payload import JSONDumps
 from .payload import encode_payload as encode_payload  # re-exported: callers know it as client's
+from .waiting import wait_job, wait_job_async
 
 if TYPE_CHECKING:
     from .db.database import Database
@@ -388,6 +389,20 @@ class Jobs:
     async def get_async(self, job_id: int) -> Job:
         rows = await self.db.fetch_all_async(self.db.queries.get_job, {"id": job_id})
         return _one_job(rows[0] if rows else None, job_id)
+
+    def wait(self, job_id: int, timeout: float | timedelta | None = None) -> Job:
+        """Block until the job is final (succeeded, dead or cancelled) and return it, with its
+        ``result``; TimeoutError after ``timeout`` (seconds or a timedelta; None: no limit).
+        Woken by NOTIFY, polling as a fallback (waiting.py)."""
+        return wait_job(self.db, job_id, timeout)
+
+    async def wait_async(
+        self,
+        job_id: int,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109  # as wait()'s: the contract
+    ) -> Job:
+        """Async twin of :meth:`wait`."""
+        return await wait_job_async(self.db, job_id, timeout)
 
     def list(
         self,

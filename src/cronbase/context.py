@@ -143,8 +143,18 @@ class JobContext:
             "errors": [None],
             "error_types": [None],
             "tracebacks": [None],
+            "results": [None],
+            "snooze_caps": [0],
             "worker": self.worker_id,
         }
+
+    def is_cancelled(self) -> bool:
+        """True once this attempt's lease is gone: an operator cancelled or retried the job, or
+        its lease ran out and it was reaped. The worker learns it at its next heartbeat (a third
+        of the lease), so a sync handler that polls this between steps can stop; whatever it
+        writes about the job from then on is fenced out. An async handler is cancelled outright
+        (CancelledError), as before."""
+        return self.lease_lost
 
     def check_lease(self, what: str = "transaction()") -> None:
         """Raise LeaseLostError when the worker found this attempt's lease gone."""

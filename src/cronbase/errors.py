@@ -1,6 +1,13 @@
-"""One hierarchy of errors, rooted at :class:`CronbaseError`; every message names the bad value."""
+"""One hierarchy of errors, rooted at :class:`CronbaseError`; every message names the bad value.
+
+:class:`Snooze` and :class:`Cancel` are not errors: a handler raises them to steer its job.
+"""
 
 from __future__ import annotations
+
+from datetime import timedelta
+
+MAX_SNOOZE_SECONDS = 366 * 86400
 
 
 class CronbaseError(Exception):
@@ -85,3 +92,38 @@ class DatabaseUnavailableError(CronbaseError):
 class LeaseLostError(CronbaseError):
     """The running attempt's lease is gone (expired, cancelled, retried by an operator): another
     attempt may own the job, so this one may not start an effect or a transaction()."""
+
+
+class ResultError(CronbaseError):
+    """A handler returned what cannot be stored as its job's result (not JSON, or too large):
+    the job goes dead at once, since running it again would return the same."""
+
+
+class Snooze(Exception):  # a request, as Celery's Retry, not an error
+    """``raise cronbase.Snooze(delay)`` in a handler: run the job again after ``delay`` (a
+    timedelta or seconds), without counting the attempt. A task's ``max_snoozes`` (100 by
+    default) caps how often; past it the job goes dead."""
+
+    def __init__(self, delay: timedelta | float = 0.0) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not 0 <= seconds <= MAX_SNOOZE_SECONDS
+        ):
+            raise ConfigurationError(
+                f"Snooze delay must be a timedelta or seconds from 0 to 366 days, got {delay!r}"
+            )
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.seconds = float(seconds)
+
+
+class Cancel(Exception):  # a request, not an error
+    """``raise cronbase.Cancel(reason)`` in a handler: the job ends ``cancelled`` with the
+    reason recorded, and is not retried."""
+
+    def __init__(self, reason: str = "cancelled by its handler") -> None:
+        if not isinstance(reason, str):
+            raise ConfigurationError(f"Cancel reason must be a string, got {reason!r}")
+        super().__init__(reason)
+        self.reason = reason

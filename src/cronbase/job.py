@@ -39,8 +39,8 @@ TRANSITIONS: Mapping[tuple[JobStatus, JobStatus], str] = {
     (JobStatus.RUNNING, JobStatus.SUCCEEDED): "handler returned",
     (JobStatus.RUNNING, JobStatus.FAILED): "handler raised or lease expired; attempts left",
     (JobStatus.RUNNING, JobStatus.DEAD): "handler raised, attempts used up (or Abort)",
-    (JobStatus.RUNNING, JobStatus.QUEUED): "released by a worker shutting down",
-    (JobStatus.RUNNING, JobStatus.CANCELLED): "cancelled by an operator",
+    (JobStatus.RUNNING, JobStatus.QUEUED): "released by a worker shutting down, or snoozed",
+    (JobStatus.RUNNING, JobStatus.CANCELLED): "cancelled by an operator, or its handler (Cancel)",
     (JobStatus.QUEUED, JobStatus.CANCELLED): "cancelled by an operator",
     (JobStatus.FAILED, JobStatus.CANCELLED): "cancelled by an operator",
     (JobStatus.FAILED, JobStatus.QUEUED): "retried by an operator",
@@ -96,6 +96,10 @@ class Job:
     finished_at: datetime | None
     # What integrations stored beside the payload (a trace context); None when nothing.
     metadata: dict[str, JSONValue] | None = None
+    # What the handler returned (JSON), once it succeeded; None when it returned None.
+    result: JSONValue = None
+    # How many times the handler raised Snooze (each put the job back, attempt not counted).
+    snoozes: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

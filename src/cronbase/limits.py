@@ -17,6 +17,8 @@ from .errors import InvalidNameError
 MAX_NAME_LENGTH = 100
 MAX_KEY_LENGTH = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# A handler's return value, stored with its job (App(max_result_bytes=...)).
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]*")
 _SHOWN = 60  # characters of a bad value a message shows
 

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any, cast
 from uuid import UUID
 
-from .errors import PayloadError
+from .errors import PayloadError, ResultError
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 
 # App(json_dumps=...): a payload that passed cronbase's checks, as JSON's own types -> JSON text
@@ -287,6 +287,31 @@ def encode_payload(
             f"payload for task {task!r} is {len(size):,} bytes of JSON, more than the "
             f"{max_bytes:,} allowed (App(max_payload_bytes=...)); store large data elsewhere "
             "and pass its key"
+        )
+    return text
+
+
+def encode_result(job_id: int, task: str, value: object, max_bytes: int) -> str:
+    """JSON text of a handler's return value (the types a payload may hold); ResultError naming
+    the job, the task and what is wrong when it cannot be stored or is over ``max_bytes``."""
+    prefix = f"job {job_id} (task {task!r}): its result"
+    try:
+        try:
+            _check_value(value)
+            text = _ENCODER.encode(value)
+        except _Rich:
+            text = _ENCODER.encode(to_plain(value))
+    except (_BadValue, TypeError, ValueError, RecursionError) as exc:
+        why = (
+            exc.describe().removeprefix("payload").lstrip()
+            if isinstance(exc, _BadValue)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        raise ResultError(f"{prefix} cannot be stored as JSON: {short(value)}: {why}") from None
+    if len(text) * 4 > max_bytes and (size := len(text.encode())) > max_bytes:
+        raise ResultError(
+            f"{prefix} is {size:,} bytes of JSON, more than the {max_bytes:,} allowed "
+            "(App(max_result_bytes=...)); store large data elsewhere and return its key"
         )
     return text
 

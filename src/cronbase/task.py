@@ -146,6 +146,14 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
 
+    def gives_up(self, exc: BaseException) -> bool:
+        """Whether retry_on / dont_retry_on say this exception is not worth a retry (the job
+        goes dead at once); dont_retry_on wins."""
+        d = self.defaults
+        if d.dont_retry_on and isinstance(exc, d.dont_retry_on):
+            return True
+        return d.retry_on is not None and not isinstance(exc, d.retry_on)
+
     def _fits(self, keys: Any) -> bool:
         """Whether keyword arguments with these names certainly bind (False: ask bind)."""
         return self._fast and self._required <= keys and (self._var_keyword or keys <= self._names)

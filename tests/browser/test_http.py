@@ -403,3 +403,18 @@ def test_queue_limits_are_set_and_shown_from_the_overview(
         "SELECT max_running, rate_n FROM cronbase.queues WHERE name = 'emails'"
     ).fetchone() == (None, 100)
     assert [a for _, a, _ in audit_rows(db)] == ["queue.limit", "queue.rate", "queue.limit"]
+
+
+def test_the_job_page_shows_the_result(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    job_id = test_app.tasks["send_email"].defer(to="a@b.c")
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'succeeded', finished_at = now(), snoozes = 3, "
+        """result = '{"sent": true, "id": "<msg-1>"}' WHERE id = %s""",
+        (job_id,),
+    )
+    page = client.get(f"/jobs/{job_id}").text
+    assert "snoozed 3 times" in page
+    assert '<pre class="payload" id="job-result">' in page
+    assert "&lt;msg-1&gt;" in page  # escaped

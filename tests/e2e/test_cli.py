@@ -371,3 +371,19 @@ def test_hostile_queue_names_get_one_line_and_nothing_is_written(
     assert shown in lines[0], lines
     assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
+
+
+def test_show_prints_a_result_and_snoozes(database_url: str, db: psycopg.Connection[Any]) -> None:
+    job_id = int(
+        ok(cronbase(database_url, "--app", APP, "enqueue", "record", "--payload", '{"n": 1}'))
+    )
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'succeeded', finished_at = now(), attempts = 1, "
+        """result = '{"total": 6}', snoozes = 2 WHERE id = %s""",
+        (job_id,),
+    )
+    text = ok(cronbase(database_url, "jobs", "show", str(job_id)))
+    assert '{"total": 6}' in text
+    assert "1 of 20, snoozed 2 times" in text
+    shown = json.loads(ok(cronbase(database_url, "jobs", "show", str(job_id), "--json")))
+    assert (shown["job"]["result"], shown["job"]["snoozes"]) == ({"total": 6}, 2)

@@ -120,9 +120,11 @@ def test_claim_walks_the_partial_index_on_a_table_of_finished_jobs(
     # With a task filter the statistics say keeps few rows (50 of 22,050), a custom plan may
     # fetch those few and sort them: cheap while the estimate holds. The generic plan, which a
     # worker's prepared claim settles on, must walk the index whatever the tasks.
-    # Parameters are numbered in order of first use: done ids and tokens, tasks, limit, worker.
+    # Parameters are numbered in order of first use: done ids, tokens and results, tasks,
+    # limit, worker.
     task_array = "NULL" if tasks is None else "'{" + ",".join(tasks) + "}'"
-    args = f"'{{1,2}}'::bigint[], '{{}}'::uuid[], {task_array}::text[], 10, 'plan-test'"
+    args = f"'{{1,2}}'::bigint[], '{{}}'::uuid[], NULL::text[], {task_array}::text[], 10, "
+    args += "'plan-test'"
     assert_ordered_walk(generic_plan(db, q.claim_jobs, args), {"jobs_due_idx"})
     # And it still claims exactly what is due, in order.
     rows = claim_rows(lived_in, db, 10, "plan-test", tasks=tasks)[0]
@@ -168,6 +170,6 @@ def test_finish_probes_the_primary_key_per_outcome(
     # busy worker fills it with dead entries between vacuums (bench/README.md).
     q = lived_in.queries
     args = "'{1,2}'::bigint[], '{}'::uuid[], '{}'::text[], '{}'::float8[], '{}'::text[], "
-    args += "'{}'::text[], '{}'::text[], 'plan-test'"
+    args += "'{}'::text[], '{}'::text[], '{}'::text[], '{}'::integer[], 'plan-test'"
     scans = scans_of_jobs(generic_plan(db, q.finish_jobs, args))
     assert scans == [("Index Scan", "jobs_pkey")], scans

@@ -265,6 +265,8 @@ class Driver:
             "errors": [None if outcome == "succeeded" else "E"],
             "error_types": [None if outcome == "succeeded" else "E"],
             "tracebacks": [None],
+            "results": [None],
+            "snooze_caps": [100],
             "worker": "w",
         }
         return bool(self.db.execute(self.q.finish_jobs, params).fetchall())
@@ -303,6 +305,8 @@ ACTIONS: dict[str, Callable[[Driver, int], bool]] = {
     "finish succeeded": lambda d, j: d.finish(j, "succeeded"),
     "finish failed": lambda d, j: d.finish(j, "failed"),
     "finish dead": lambda d, j: d.finish(j, "dead"),
+    "finish snoozed": lambda d, j: d.finish(j, "snoozed"),
+    "finish cancelled": lambda d, j: d.finish(j, "cancelled"),
     "release": Driver.release,
     "cancel": lambda d, j: d.admin(j, "cancel"),
     "retry": lambda d, j: d.admin(j, "retry"),
@@ -326,12 +330,16 @@ def test_every_state_change_the_statements_make_is_an_edge_and_every_edge_is_mad
                 assert new is old, f"{name} on a {old} job said nothing but moved it to {new}"
     assert {(old, new) for old, new, _ in made} == set(TRANSITIONS)
     # The operator's rules: a running job can be cancelled but not retried; only a worker
-    # shutting down hands it back to the queue.
+    # shutting down, or a handler's Snooze, hands it back to the queue.
     assert (S.RUNNING, S.CANCELLED, "cancel") in made
+    assert (S.RUNNING, S.QUEUED, "finish snoozed") in made
+    assert (S.RUNNING, S.CANCELLED, "finish cancelled") in made
     assert {name for old, _, name in made if old is S.RUNNING and name != "claim"} == {
         "finish succeeded",
         "finish failed",
         "finish dead",
+        "finish snoozed",
+        "finish cancelled",
         "release",
         "cancel",
     }

@@ -123,6 +123,8 @@ def job_row(**changes: object) -> dict[str, object]:
         "updated_at": at,
         "finished_at": None,
         "metadata": None,
+        "result": {"total": 3},
+        "snoozes": 2,
     }
     row.update(changes)
     return row
@@ -137,6 +139,7 @@ def test_job_from_a_row_and_to_json() -> None:
     assert out["run_at"] == "2030-01-02T03:04:05+00:00"
     assert out["lease"] == 90.0
     assert out["payload"] == {"invoice_id": 812}
+    assert (out["result"], out["snoozes"]) == ({"total": 3}, 2)
     assert "lease_token" not in out
 
 

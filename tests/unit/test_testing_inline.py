@@ -408,3 +408,46 @@ async def test_defer_async_raises_the_handler_error_and_retries_when_asked(
     assert [(j.status, j.attempts, str(j.error)) for j in retried.jobs] == [
         ("dead", 2, "attempt 2")
     ]
+
+
+# -- steering and results (issue 14) --------------------------------------------------------------
+
+
+def test_inline_mode_honours_snooze_cancel_retry_on_and_result_checks(app: cronbase.App) -> None:
+    @app.task(max_snoozes=1)
+    def later(n: int) -> None:
+        raise cronbase.Snooze(timedelta(minutes=5))
+
+    @app.task
+    def refuse() -> None:
+        raise cronbase.Cancel("nothing to do")
+
+    @app.task(retry_on=(OSError,), retry=NEVER_SOON)
+    def typed(kind: str) -> None:
+        raise ValueError(kind) if kind == "value" else OSError(kind)
+
+    @app.task
+    def opaque() -> object:
+        return object()
+
+    with inline(app, retries=True) as run:
+        later.defer(n=1)
+        run_job = run.jobs[0]
+        assert (run_job.status, run_job.attempts, run_job.snoozes) == ("queued", 0, 1)
+        refuse.defer()
+        typed.defer(kind="value")
+        typed.defer(kind="io")
+        opaque.defer()
+    by_task = {(j.task, j.payload.get("kind")): j for j in run.jobs}
+    assert by_task[("refuse", None)].status == "cancelled"
+    assert str(by_task[("refuse", None)].error) == "nothing to do"
+    assert (by_task[("typed", "value")].status, by_task[("typed", "value")].attempts) == ("dead", 1)
+    assert (by_task[("typed", "io")].status, by_task[("typed", "io")].attempts) == ("dead", 20)
+    assert by_task[("opaque", None)].status == "dead"
+    assert isinstance(by_task[("opaque", None)].error, cronbase.ResultError)
+    with inline(app) as run:
+        # Without simulated retries a handler's failure is raised from defer, steering is not.
+        refuse.defer()
+        with pytest.raises(ValueError, match="value"):
+            typed.defer(kind="value")
+    assert [j.status for j in run.jobs] == ["cancelled", "dead"]

@@ -103,9 +103,14 @@ def job_details(job: Job) -> Table:
         ("task", Text(job.task)),
         ("queue", Text(job.queue)),
         ("status", status_text(job.status)),
-        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        (
+            "attempts",
+            f"{job.attempts} of {job.max_attempts}"
+            + (f", snoozed {job.snoozes} times" if job.snoozes else ""),
+        ),
         ("priority", str(job.priority)),
         ("payload", Text(json.dumps(job.payload))),
+        ("result", Text("" if job.result is None else json.dumps(job.result))),
         ("run at", when(job.run_at)),
         ("created at", when(job.created_at)),
         ("started at", when(job.started_at)),

@@ -23,7 +23,7 @@ from psycopg.rows import TupleRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import ConfigurationError
-from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
+from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from ..payload import JSONDumps, JSONLoads
 from . import embedded, migrate, pool
 from .queries import Queries
@@ -56,8 +56,9 @@ class Database:
     ``listen_url`` (else ``CRONBASE_LISTEN_URL``; in session mode, ``url``), ``pooler``
     (``session`` or ``transaction``, else ``CRONBASE_POOLER``), ``pool_size`` (the most
     connections each of this process's pools opens), ``max_payload_bytes`` (the largest payload
-    a defer accepts, as JSON), ``json_dumps`` and ``json_loads`` (payload to JSON text and back;
-    None: the json module, with cronbase's own types).
+    a defer accepts, as JSON), ``max_result_bytes`` (the largest result a handler may return,
+    as JSON), ``json_dumps`` and ``json_loads`` (payload to JSON text and back; None: the json
+    module, with cronbase's own types).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class Database:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         json_dumps: JSONDumps | None = None,
         json_loads: JSONLoads | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
@@ -89,6 +91,11 @@ class Database:
                 f"max_payload_bytes must be an integer of at least 2, got {max_payload_bytes!r}"
             )
         self.max_payload_bytes = max_payload_bytes
+        if not isinstance(max_result_bytes, int) or max_result_bytes < 2:
+            raise ConfigurationError(
+                f"max_result_bytes must be an integer of at least 2, got {max_result_bytes!r}"
+            )
+        self.max_result_bytes = max_result_bytes
         for name, func in (("json_dumps", json_dumps), ("json_loads", json_loads)):
             if func is not None and not callable(func):
                 raise ConfigurationError(

@@ -27,6 +27,11 @@ def channel_name(schema: str) -> str:
     return f"{schema}_jobs"
 
 
+def done_channel_name(schema: str) -> str:
+    """Final states of jobs someone waits for: each NOTIFY carries their ids, comma-separated."""
+    return f"{schema}_done"
+
+
 class Notifier:
     """Calls ``on_notify(payload)`` for each notification; ``on_reconnect()`` after each reconnect."""
 

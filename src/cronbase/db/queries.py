@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from psycopg import sql
 
-from .notifier import channel_name
+from .notifier import channel_name, done_channel_name
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 
@@ -56,9 +56,15 @@ def load_statements() -> dict[str, str]:
 
 
 def render(template: str, schema: str) -> bytes:
-    """Put the quoted schema name into a statement; values are never formatted in."""
+    """Put the quoted schema name into a statement, and ``{done_channel}``: the schema's channel
+    for final states of waited-for jobs (a literal made from the schema name); values are never
+    formatted in."""
     # psycopg's Composable.as_bytes accepts no connection since 3.2; identifiers quote the same.
-    return sql.SQL(template).format(schema=sql.Identifier(schema)).as_bytes(None)
+    return (
+        sql.SQL(template)
+        .format(schema=sql.Identifier(schema), done_channel=sql.Literal(done_channel_name(schema)))
+        .as_bytes(None)
+    )
 
 
 class Queries:
@@ -82,6 +88,7 @@ class Queries:
     list_job_attempts: bytes
     retry_job: bytes
     cancel_job: bytes
+    watch_job: bytes
     count_jobs_by_status: bytes
     register_worker: bytes
     unregister_worker: bytes
@@ -130,6 +137,8 @@ class Queries:
         self.schema = schema
         # The LISTEN/NOTIFY channel of this schema's jobs (the insert statements notify on it).
         self.channel = channel_name(schema)
+        # Where a job that someone waits for (app.jobs.wait) announces its final state.
+        self.done_channel = done_channel_name(schema)
         for name, template in self.templates.items():
             setattr(self, name, render(template, schema))
 

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..client import encode_metadata
 from ..context import JobContext, set_current
-from ..errors import CronbaseError
+from ..errors import Cancel, CronbaseError, ResultError, Snooze
 from ..hooks import DeferCall
 from ..job import JobStatus, JSONValue, Payload, outcome_status
 from ..logs import install_job_context
+from ..payload import encode_result
 from .roundtrip import through_json
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class InlineJob:
     max_attempts: int = 20
     result: object = None
     error: Exception | None = None
+    # Times the handler raised Snooze (a snoozed job stays queued: inline mode runs it no more).
+    snoozes: int = 0
     # The last progress the handler reported with current_job().set_progress().
     progress: float | None = field(default=None, repr=False)
     stage: str | None = field(default=None, repr=False)
@@ -226,6 +229,7 @@ class InlineRun:
         started = time.monotonic()
         try:
             job.result = task.hooks.call(context, task.func, kwargs)
+            _check_result(task, job)
         except Exception as exc:
             return self._end(task, job, context, exc, started)
         return self._end(task, job, context, None, started)
@@ -243,6 +247,7 @@ class InlineRun:
                 # As the worker does: a sync handler runs in a thread (to_thread copies the
                 # context, so current_job() works there), never blocking the caller's loop.
                 job.result = await asyncio.to_thread(task.hooks.call, context, task.func, kwargs)
+            _check_result(task, job)
         except Exception as exc:
             return self._end(task, job, context, exc, started)
         return self._end(task, job, context, None, started)
@@ -273,17 +278,38 @@ class InlineRun:
         started: float,
     ) -> Exception | None:
         duration = timedelta(seconds=time.monotonic() - started)
-        # The worker's rule: a failure with no attempt left is dead.
+        job.error = error
+        job.progress, job.stage = context.progress
+        if isinstance(error, Snooze | Cancel):
+            # Steering, not failing: nothing is raised from defer. A snoozed job waits (its
+            # delay is not slept and it is not run again here); past max_snoozes it is dead.
+            if isinstance(error, Cancel):
+                job.status = JobStatus.CANCELLED
+            elif job.snoozes >= task.defaults.max_snoozes:
+                job.status = JobStatus.DEAD
+            else:
+                job.snoozes += 1
+                job.attempts -= 1
+                job.status = JobStatus.QUEUED
+            name = "snoozed" if job.status is JobStatus.QUEUED else job.status.value
+            task.hooks.ended(context, name, error, duration)
+            return None
+        # The worker's rules: a failure with no attempt left, of a type the task does not
+        # retry, or a result that cannot be stored, is dead.
         job.status = outcome_status(
             succeeded=error is None,
-            give_up=False,
+            give_up=error is not None and (isinstance(error, ResultError) or task.gives_up(error)),
             attempts=job.attempts,
             max_attempts=job.max_attempts,
         )
-        job.error = error
-        job.progress, job.stage = context.progress
         task.hooks.ended(context, job.status.value, error, duration)
         return error
+
+
+def _check_result(task: Task[Any, Any], job: InlineJob) -> None:
+    """ResultError when the worker could not store what the handler returned."""
+    if job.result is not None:
+        encode_result(job.id, job.task, job.result, task.db.max_result_bytes)
 
 
 def _loop_running() -> bool:

@@ -42,6 +42,8 @@ class ClaimedJob:
     lease: timedelta
     # jobs.metadata: what integrations stored with the job (a trace context); None when nothing.
     metadata: dict[str, Any] | None = None
+    # What the handler returned, as JSON text; None when it returned None (set by the executor).
+    result: str | None = None
     context: JobContext = field(init=False)
 
     @property
@@ -78,9 +80,13 @@ def claim_params(
 ) -> dict[str, Any]:
     """Parameters of claim_jobs: successes to write (``done``), up to ``limit`` jobs to lease
     from ``queues`` (None: all) whose task is one of ``tasks`` (None: any)."""
+    # Results, only when some success returned one: a drain of handlers returning None sends a
+    # NULL array (one test per job here, no per-job work in the statement).
+    results = [j.result for j in done]
     return {
         "done_ids": [j.id for j in done],
         "done_tokens": [j.lease_token for j in done],
+        "done_results": results if any(r is not None for r in results) else None,
         "limit": limit,
         "worker": worker,
         "queues": list(queues) if queues is not None else None,

@@ -45,6 +45,8 @@ def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
         "errors": [o.error for o in outcomes],
         "error_types": [o.error_type for o in outcomes],
         "tracebacks": [o.traceback for o in outcomes],
+        "results": [o.job.result for o in outcomes],
+        "snooze_caps": [o.snooze_cap for o in outcomes],
         "worker": worker_id,
     }
 
@@ -242,6 +244,25 @@ class Completer:
                         o.duration,
                         extra=event_fields(o, "succeeded"),
                     )
+            elif o.outcome == "snoozed" and status == "queued":
+                logger.info(
+                    "job %d snoozed by its handler: task=%s, runs again in %.3gs (attempt %d "
+                    "not counted)",
+                    o.job.id,
+                    o.job.task,
+                    o.retry_in,
+                    o.job.attempt,
+                    extra=event_fields(o, "snoozed"),
+                )
+            elif status == "cancelled":
+                logger.warning(
+                    "job %d cancelled by its handler: task=%s attempt=%d reason=%s",
+                    o.job.id,
+                    o.job.task,
+                    o.job.attempt,
+                    o.error,
+                    extra=event_fields(o, "cancelled"),
+                )
             elif status == "queued":
                 logger.warning(
                     "job %d attempt %d (%s) handed back, not counted: %s",

@@ -16,8 +16,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
-from ..errors import DatabaseUnavailableError, LeaseLostError, PayloadError, UnknownTaskError
+from ..errors import (
+    Cancel,
+    DatabaseUnavailableError,
+    LeaseLostError,
+    PayloadError,
+    ResultError,
+    Snooze,
+    UnknownTaskError,
+)
 from ..job import outcome_status
+from ..payload import encode_result
 from ..task import find_task
 from .claim import ClaimedJob, Undecodable
 
@@ -36,7 +45,8 @@ class Outcome:
     """What one attempt came to; fed to finish_jobs in batches."""
 
     job: ClaimedJob
-    outcome: str  # 'succeeded' | 'failed' | 'dead' | 'released' | 'lost'
+    # 'succeeded' | 'failed' | 'dead' | 'cancelled' | 'snoozed' | 'released' | 'lost'
+    outcome: str
     retry_in: float = 0.0
     error: str | None = None
     error_type: str | None = None
@@ -47,6 +57,8 @@ class Outcome:
     written: bool = False
     # What the handler raised, for on_job_end hooks (None when it returned).
     exception: BaseException | None = None
+    # A snooze: how many snoozes the task allows (past them finish_jobs makes the job dead).
+    snooze_cap: int = 0
 
 
 def _trim(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -70,6 +82,31 @@ def failure(
         error=_trim(message, ERROR_LIMIT),
         error_type=error_type,
         traceback=_trim(tb, TRACEBACK_LIMIT, keep_end=True),
+        duration=duration,
+        exception=exc,
+    )
+
+
+def steered(
+    job: ClaimedJob, exc: Snooze | Cancel, task: Task[Any, Any], duration: float
+) -> Outcome:
+    """The handler raised Snooze or Cancel: not a failure, and never retried as one."""
+    if isinstance(exc, Snooze):
+        return Outcome(
+            job=job,
+            outcome="snoozed",
+            retry_in=exc.seconds,
+            error=str(exc),
+            error_type="Snooze",
+            duration=duration,
+            exception=exc,
+            snooze_cap=task.defaults.max_snoozes,
+        )
+    return Outcome(
+        job=job,
+        outcome="cancelled",
+        error=_trim(exc.reason, ERROR_LIMIT),
+        error_type="Cancel",
         duration=duration,
         exception=exc,
     )
@@ -126,10 +163,10 @@ async def execute(
     set_current(job.context)
     # Plain attribute reads, not Hooks.has_job_hooks: this runs once per job.
     if not (hooks.job_start or hooks.job_end or hooks.job_middleware):
-        return await _attempt(task, kwargs, threads, job, started)
+        return await _attempt(task, kwargs, threads, job, started, db.max_result_bytes)
     hooks.started(job.context)
     try:
-        outcome = await _attempt(task, kwargs, threads, job, started)
+        outcome = await _attempt(task, kwargs, threads, job, started, db.max_result_bytes)
     except asyncio.CancelledError as exc:
         # Cancelled: its lease was lost, or the worker stopped past its grace period (the job
         # is handed back). End hooks still pair with the start hooks.
@@ -151,6 +188,7 @@ async def _attempt(
     threads: ThreadPoolExecutor,
     job: ClaimedJob,
     started: float,
+    max_result_bytes: int,
 ) -> Outcome:
     """Run the handler (within its timeout and middleware) and say how it went."""
     timeout = task.defaults.timeout.total_seconds() if task.defaults.timeout else None
@@ -158,10 +196,10 @@ async def _attempt(
         if timeout is None:
             # No asyncio.timeout() at all: a few microseconds a job that a drain of no-op
             # jobs notices (bench/README.md).
-            await _call(task, kwargs, threads, job.context)
+            returned = await _call(task, kwargs, threads, job.context)
         else:
             async with asyncio.timeout(timeout):
-                await _call(task, kwargs, threads, job.context)
+                returned = await _call(task, kwargs, threads, job.context)
     except TimeoutError as exc:
         error: BaseException = exc
         if timeout is not None and time.monotonic() - started >= timeout:
@@ -173,6 +211,16 @@ async def _attempt(
             give_up=False,
             duration=time.monotonic() - started,
         )
+    except (Snooze, Cancel) as exc:
+        if not job.context.completed:
+            return steered(job, exc, task, time.monotonic() - started)
+        logger.warning(
+            "job %d (%s) raised %s after its transaction() committed; it stays succeeded",
+            job.id,
+            job.task,
+            type(exc).__name__,
+        )
+        return Outcome(job=job, outcome="succeeded", written=True)
     except Exception as exc:
         if job.context.completed:
             logger.warning(
@@ -194,13 +242,22 @@ async def _attempt(
             # would refuse the write anyway).
             logger.warning("%s", exc)
             return Outcome(job=job, outcome="lost", written=True, exception=exc)
+        give_up = task.gives_up(exc)
         return failure(
             job,
             exc,
-            retry_in=_retry_in(task, job),
-            give_up=False,
+            retry_in=0.0 if give_up else _retry_in(task, job),
+            give_up=give_up,
             duration=time.monotonic() - started,
         )
+    if returned is not None and not job.context.completed:
+        try:
+            job.result = encode_result(job.id, job.task, returned, max_result_bytes)
+        except ResultError as exc:
+            # Running it again would return the same: dead at once, saying why.
+            return failure(
+                job, exc, retry_in=0.0, give_up=True, duration=time.monotonic() - started
+            )
     return Outcome(
         job=job,
         outcome="succeeded",
@@ -211,14 +268,13 @@ async def _attempt(
 
 async def _call(
     task: Task[Any, Any], kwargs: dict[str, Any], threads: ThreadPoolExecutor, context: JobContext
-) -> None:
+) -> Any:
+    """Run the handler; what it returned."""
     middleware = task.hooks.job_middleware
     if task.is_async:
         if middleware:
-            await task.hooks.call_async(context, task.func, kwargs)
-        else:
-            await task.func(**kwargs)
-        return
+            return await task.hooks.call_async(context, task.func, kwargs)
+        return await task.func(**kwargs)
     if middleware:
         # The middleware runs in the handler's thread, so what it sets (thread-locals, a
         # Sentry scope) is what the handler sees.
@@ -228,7 +284,7 @@ async def _call(
     ctx = contextvars.copy_context()
     # A sync handler past its timeout keeps its thread until it returns: Python cannot stop a
     # thread. Its outcome is recorded as a timeout all the same.
-    await asyncio.get_running_loop().run_in_executor(threads, ctx.run, call)
+    return await asyncio.get_running_loop().run_in_executor(threads, ctx.run, call)
 
 
 def _retry_in(task: Task[Any, Any], job: ClaimedJob) -> float:

@@ -138,15 +138,22 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- worker/claim.py: a row written by other SQL that Python cannot decode (JSON nested 10,000 deep,
 -- a 5,000-digit number) fails that job alone, where psycopg's loaders would fail the fetch of the
 -- whole batch after the claim committed.
--- The two arrays are sent in binary (%(name)b): psycopg's text dump of a list runs a regex per
--- element, ~8% of a drain's worker CPU; binary is 4x cheaper.
+-- The arrays are sent in binary (%(name)b): psycopg's text dump of a list runs a regex per
+-- element, ~8% of a drain's worker CPU; binary is 4x cheaper. %(done_results)s holds each
+-- success's result as JSON text, or is NULL when none returned anything (unnest pads it).
+-- A success someone waits for (wait_notify, set by app.jobs.wait) is announced on
+-- {done_channel}: one NOTIFY with the ids, none at all in a drain nobody waits on.
 WITH finished AS (
     UPDATE {schema}.jobs j
-    SET status = 'succeeded', finished_at = now(), progress = 100,
+    SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
         locked_until = NULL, lease_token = NULL, updated_at = now()
-    FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[]) AS o(id, token)
+    FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
+        AS o(id, token, result)
     WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id
+    RETURNING j.id, j.wait_notify
+), done AS (
+    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM finished
+    WHERE wait_notify HAVING count(*) > 0
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now()
@@ -171,17 +178,23 @@ SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, 
        NULL::bigint[] AS finished
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id) FROM finished;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT array_agg(id) FROM finished)
+FROM (SELECT count(*) FROM done) d;
 
 -- name: claim_jobs_in_queues
 -- As claim_jobs, restricted to the worker's queues (uses jobs_queue_due_idx).
 WITH finished AS (
     UPDATE {schema}.jobs j
-    SET status = 'succeeded', finished_at = now(), progress = 100,
+    SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
         locked_until = NULL, lease_token = NULL, updated_at = now()
-    FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[]) AS o(id, token)
+    FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
+        AS o(id, token, result)
     WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id
+    RETURNING j.id, j.wait_notify
+), done AS (
+    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM finished
+    WHERE wait_notify HAVING count(*) > 0
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now() AND queue = ANY (%(queues)s::text[])
@@ -206,54 +219,88 @@ SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, 
        NULL::bigint[] AS finished
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id) FROM finished;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT array_agg(id) FROM finished)
+FROM (SELECT count(*) FROM done) d;
 
 -- name: finish_jobs
 -- Record the outcomes of many attempts in one statement, and a history row per attempt that did
 -- not succeed (a success is recorded by the job row itself, as in claim_jobs).
 -- Fenced by the lease token: an attempt that lost its lease (reaped, cancelled, retried by an
 -- operator) matches nothing, so it can never overwrite what a newer attempt wrote.
--- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up.
+-- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up;
+-- 'cancelled' (the handler raised Cancel) ends the job; 'snoozed' (Snooze) puts it back after
+-- retry_in seconds without counting the attempt, unless it has already been snoozed
+-- snooze_cap times: then it is dead (SnoozeLimit). A success stores its result.
 -- No `status = 'running'` test: a token is set only by a claim and cleared by every statement
 -- that ends the attempt, so a matching token means running. With the test the planner started
 -- from jobs_running_lease_idx (statistics say few rows run), which a busy worker fills with dead
 -- entries between vacuums, and nested-looped it against every outcome: 60-500 ms a batch in a
 -- drain. Without it each outcome is one primary-key probe (so in heartbeat_jobs, release_jobs).
 WITH outcome AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(outcomes)s::text[],
-                         %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
-                         %(tracebacks)s::text[])
-        AS o(id, token, outcome, retry_in, error, error_type, traceback)
+    SELECT *, o.outcome = 'snoozed' AS snoozing
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(outcomes)s::text[],
+                %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
+                %(tracebacks)s::text[], %(results)s::text[], %(snooze_caps)s::integer[])
+        AS o(id, token, outcome, retry_in, error, error_type, traceback, result, snooze_cap)
 ), finished AS (
     UPDATE {schema}.jobs j
     SET status = CASE
             WHEN o.outcome = 'succeeded' THEN 'succeeded'
-            WHEN o.outcome = 'dead' OR j.attempts >= j.max_attempts THEN 'dead'
+            WHEN o.outcome = 'cancelled' THEN 'cancelled'
+            WHEN o.snoozing AND j.snoozes < o.snooze_cap THEN 'queued'
+            WHEN o.outcome IN ('dead', 'snoozed') OR j.attempts >= j.max_attempts THEN 'dead'
             ELSE 'failed' END,
+        attempts = CASE WHEN o.snoozing AND j.snoozes < o.snooze_cap
+                        THEN j.attempts - 1 ELSE j.attempts END,
+        snoozes = CASE WHEN o.snoozing AND j.snoozes < o.snooze_cap
+                       THEN j.snoozes + 1 ELSE j.snoozes END,
         run_at = CASE
-            WHEN o.outcome = 'failed' AND j.attempts < j.max_attempts
+            WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
+                 OR (o.snoozing AND j.snoozes < o.snooze_cap)
             THEN now() + make_interval(secs => o.retry_in)
             ELSE j.run_at END,
         finished_at = CASE
-            WHEN o.outcome = 'failed' AND j.attempts < j.max_attempts THEN NULL
+            WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
+                 OR (o.snoozing AND j.snoozes < o.snooze_cap) THEN NULL
             ELSE now() END,
         progress = CASE WHEN o.outcome = 'succeeded' THEN 100 ELSE j.progress END,
-        last_error = CASE WHEN o.outcome = 'succeeded' THEN j.last_error ELSE o.error END,
-        error_type = CASE WHEN o.outcome = 'succeeded' THEN j.error_type ELSE o.error_type END,
+        last_error = CASE
+            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.snooze_cap)
+                THEN j.last_error
+            WHEN o.snoozing
+                THEN format('snoozed %%s times: the task allows %%s (max_snoozes)',
+                            j.snoozes + 1, o.snooze_cap)
+            ELSE o.error END,
+        error_type = CASE
+            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.snooze_cap)
+                THEN j.error_type
+            WHEN o.snoozing THEN 'SnoozeLimit'
+            ELSE o.error_type END,
+        result = CASE WHEN o.outcome = 'succeeded' THEN o.result::jsonb ELSE j.result END,
         locked_by = CASE WHEN o.outcome = 'succeeded' THEN j.locked_by END,
         locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM outcome o
     WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at,
-              o.error, o.error_type, o.traceback
+    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at, j.wait_notify, j.last_error,
+              j.error_type, o.snoozing, o.error, o.error_type AS given_type, o.traceback
 ), history AS (
     INSERT INTO {schema}.job_attempts
         (job_id, attempt, worker, started_at, outcome, error, error_type, traceback)
-    SELECT id, attempts, %(worker)s, started_at, status, error, error_type, traceback
+    SELECT id,
+           CASE WHEN status = 'queued' THEN attempts + 1 ELSE attempts END,
+           %(worker)s, started_at,
+           CASE WHEN status = 'queued' THEN 'snoozed' ELSE status END,
+           CASE WHEN snoozing AND status = 'dead' THEN last_error ELSE error END,
+           CASE WHEN snoozing AND status = 'dead' THEN error_type ELSE given_type END,
+           traceback
     FROM finished
     WHERE status <> 'succeeded'
+), done AS (
+    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM finished
+    WHERE wait_notify AND status IN ('succeeded', 'dead', 'cancelled') HAVING count(*) > 0
 )
-SELECT id, status, run_at FROM finished;
+SELECT id, status, run_at FROM finished, (SELECT count(*) FROM done) d;
 
 -- name: heartbeat_jobs
 -- Extend the leases of the attempts a worker still holds, store their progress, and mark the
@@ -338,7 +385,8 @@ WITH expired AS MATERIALIZED (
         locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM expired e
     WHERE j.id = e.id
-    RETURNING j.id, j.queue, j.status, j.attempts, j.started_at, j.last_error, e.locked_by
+    RETURNING j.id, j.queue, j.status, j.attempts, j.started_at, j.last_error, e.locked_by,
+              j.wait_notify
 ), history AS (
     INSERT INTO {schema}.job_attempts
         (job_id, attempt, worker, started_at, outcome, error, error_type)
@@ -346,8 +394,12 @@ WITH expired AS MATERIALIZED (
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue)
     FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'failed') q
+), done AS (
+    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM reaped
+    WHERE wait_notify AND status = 'dead' HAVING count(*) > 0
 )
-SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
+SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n,
+       (SELECT count(*) FROM done) d;
 
 -- name: limit_idle_transaction
 -- In transaction(), just before finish_jobs: from then until COMMIT the job's row is locked, out
@@ -413,7 +465,7 @@ SELECT r.* FROM retried r, (SELECT count(*) FROM notified) n;
 
 -- name: cancel_job
 -- Cancel a waiting or running job. A running attempt's later completion is fenced out; its
--- worker notices at the next heartbeat.
+-- worker notices at the next heartbeat (current_job().is_cancelled() turns true).
 WITH target AS (
     SELECT id, status, attempts, locked_by, started_at FROM {schema}.jobs
     WHERE id = %(id)s
@@ -432,10 +484,19 @@ WITH target AS (
            'Cancelled'
     FROM target t JOIN cancelled c ON c.id = t.id
     WHERE t.status = 'running'
+), done AS (
+    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM cancelled
+    WHERE wait_notify HAVING count(*) > 0
 )
-SELECT * FROM cancelled;
+SELECT c.* FROM cancelled c, (SELECT count(*) FROM done) d;
 
 -- name: count_jobs_by_status
 -- Counts per queue and status, for the CLI and the demo.
 SELECT queue, status, count(*) AS count FROM {schema}.jobs GROUP BY queue, status
 ORDER BY queue, status;
+
+-- name: watch_job
+-- A caller of app.jobs.wait: mark the job so that its final state is announced on
+-- {done_channel}, and read it (a job already final is the answer).
+UPDATE {schema}.jobs SET wait_notify = true WHERE id = %(id)s
+RETURNING *;
