@@ -39,6 +39,8 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 DEFAULT_POOL_SIZE = 4
 # How long a caller waits for a pooled connection (server away, pool exhausted) before an error.
 POOL_TIMEOUT_SECONDS = 10.0
+# How long closing a pool at its loop's end waits for the pool's own tasks to stop.
+POOL_CLOSE_SECONDS = 5.0
 
 
 def resolve_pooler(pooler: str | None) -> Pooler:
@@ -118,6 +120,7 @@ class Database:
         self._async_pool: AsyncConnectionPool | None = None
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
         self._async_pool_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._async_pool_guard: asyncio.Task[None] | None = None
 
     # -- where ------------------------------------------------------------------------------------
 
@@ -196,18 +199,32 @@ class Database:
     async def async_pool(self) -> AsyncConnectionPool:
         """The async pool of the running event loop (opened on first use in each loop)."""
         loop = asyncio.get_running_loop()
-        if self._async_pool is not None and self._async_pool_loop is loop:
+        if self._usable_async_pool(loop):
+            assert self._async_pool is not None
             return self._async_pool
         # One opener per loop: concurrent first calls would each open a pool, leaking all but one.
         if self._async_pool_lock is None or self._async_pool_lock[0] is not loop:
             self._async_pool_lock = (loop, asyncio.Lock())
         async with self._async_pool_lock[1]:
-            if self._async_pool is None or self._async_pool_loop is not loop:
-                self._async_pool = await self.open_async_pool(
+            if not self._usable_async_pool(loop):
+                opened = await self.open_async_pool(
                     name=f"cronbase-{self.schema}", min_size=1, max_size=self.pool_size
                 )
-                self._async_pool_loop = loop
+                self._async_pool, self._async_pool_loop = opened, loop
+                self._async_pool_guard = loop.create_task(
+                    _close_when_cancelled(opened), name=f"cronbase-{self.schema}-pool-closer"
+                )
+            assert self._async_pool is not None
             return self._async_pool
+
+    def _usable_async_pool(self, loop: asyncio.AbstractEventLoop) -> bool:
+        # Closed by its guard when the loop's tasks were cancelled (asyncio.run's end, or a
+        # framework's shutdown): a later call on the same loop opens a new one.
+        return (
+            self._async_pool is not None
+            and self._async_pool_loop is loop
+            and not self._async_pool.closed
+        )
 
     async def open_async_pool(
         self, *, name: str, min_size: int, max_size: int, wait_seconds: float = POOL_TIMEOUT_SECONDS
@@ -297,8 +314,35 @@ class Database:
                 self._pool.close()
                 self._pool = None
 
+    def close_async_pool_soon(self) -> None:
+        """From any thread: close the async pool on its own loop while that runs, without
+        waiting (a pool is bound to its loop; one whose loop has stopped goes with it)."""
+        guard, loop = self._async_pool_guard, self._async_pool_loop
+        if guard is None or loop is None or loop.is_closed() or not loop.is_running():
+            return
+        loop.call_soon_threadsafe(guard.cancel)  # the guard closes its pool once cancelled
+
     async def aclose(self) -> None:
         if self._async_pool is not None:
             await self._async_pool.close()
             self._async_pool = None
+        if self._async_pool_guard is not None:
+            self._async_pool_guard.cancel()  # its pool is closed: closing again is a no-op
+            self._async_pool_guard = None
         await asyncio.to_thread(self.close)
+
+
+async def _close_when_cancelled(opened: AsyncConnectionPool) -> None:
+    """Wait until cancelled, then close ``opened``: a pool must not outlive its event loop.
+
+    asyncio.run ends by cancelling every task of its loop and waiting for them. psycopg_pool's
+    maintenance worker catches the CancelledError of a connection attempt in progress (it keeps
+    the pool consistent for callers) and goes back to waiting for its next task, so a loop that
+    ended while the pool was growing never finished. This task is cancelled with the others;
+    closing the pool sends its workers their stop.
+    """
+    try:
+        await asyncio.get_running_loop().create_future()
+    except asyncio.CancelledError:
+        await opened.close(timeout=POOL_CLOSE_SECONDS)
+        raise

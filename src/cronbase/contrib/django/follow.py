@@ -4,7 +4,6 @@ without this, a test's jobs would be read and written in the project's own datab
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
@@ -118,9 +117,4 @@ def close_database(db: Database) -> None:
         db.close()
     except Exception:
         logger.exception("closing the pool of the database cronbase left failed; ignored")
-    # Database has no public handle on its async pool: read here, closed on its loop.
-    async_pool, loop = db._async_pool, db._async_pool_loop
-    if async_pool is None or loop is None or loop.is_closed() or not loop.is_running():
-        return
-    # Schedules the close (also from the loop's own thread: it does not wait).
-    asyncio.run_coroutine_threadsafe(async_pool.close(), loop)
+    db.close_async_pool_soon()
