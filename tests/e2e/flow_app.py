@@ -58,6 +58,10 @@ def make_flow_app(database_url: str | None = None) -> cronbase.App:
     def in_narrow_queue(n: int, ms: int) -> None:
         run(None, ms)
 
+    @app.task(queue="paced")
+    def in_paced_queue(n: int, ms: int) -> None:
+        run(None, ms)
+
     @app.task(rate_limit="20/second")
     def rated(n: int, ms: int) -> None:
         run(None, ms)

@@ -120,18 +120,23 @@ def test_key_task_and_queue_limits_are_never_exceeded(
 def test_rates_hold_in_every_window(
     flow: cronbase.App, fleet: WorkerProcesses, db: psycopg.Connection[Any]
 ) -> None:
+    flow.queues.set_rate("paced", "10/second")
     flow.tasks["rated"].defer_many([{"n": n, "ms": 2} for n in range(70)])
     flow.tasks["rated_per_key"].defer_many(
         [{"key": k, "ms": 2} for k in ("a", "b", "c") for _ in range(12)]
     )
-    wait_all_done(db, 70 + 36)
+    flow.tasks["in_paced_queue"].defer_many([{"n": n, "ms": 2} for n in range(35)])
+    wait_all_done(db, 70 + 36 + 35)
     task_rate = max_starts_in_window(db, "rated", "1 second", by_key=False)
     key_rate = max_starts_in_window(db, "rated_per_key", "1 second", by_key=True)
+    queue_rate = max_starts_in_window(db, "in_paced_queue", "1 second", by_key=False)
     print(
-        f"max starts in any 1 s window: task {task_rate} (limit 20), per key {key_rate} (limit 5)"
+        f"max starts in any 1 s window: task {task_rate} (limit 20), per key {key_rate} "
+        f"(limit 5), queue {queue_rate} (limit 10)"
     )
     assert task_rate == 20
     assert key_rate == 5
+    assert queue_rate == 10
     # Throughput follows the rate: 70 starts at 20/s take at least 3 windows past the first.
     span = db.execute(
         "SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM cronbase.jobs "

@@ -72,6 +72,8 @@ logger = logging.getLogger("cronbase")
 REAP_BATCH = 1000
 # How soon a worker looks again when another worker held the lock of a scope it wanted.
 FLOW_CONTENDED_RETRY = 0.05
+# How long a burst worker waits for a rate-limited job's window to have room.
+BURST_RATE_WAIT = 60.0
 # How long a stopping worker tries to write its last outcomes when the database fails.
 DRAIN_TIMEOUT = 10.0
 
@@ -171,7 +173,6 @@ class Worker:
         self._limited_queues: frozenset[str] = frozenset()
         self._flow_after: str | None = None
         self._flow_retry_in: float | None = None
-        self._held_back = 0
         self.claimed = 0
         self.notifier: Notifier | None = None
         # Set when the loop should look for work again (notification, free slot, stop).
@@ -362,7 +363,7 @@ class Worker:
             failures.succeeded()
             if self._may_hold_orphans:
                 await self._release_orphans()
-            if self.burst and not claimed and not self._running and not self._held_back:
+            if self.burst and not claimed and not self._running and not self._burst_waits():
                 return
             # Until a notification, a finished job or a stop request wakes us, or it is time to
             # poll (the fallback for a lost notification) or to reap, or a limit that held jobs
@@ -383,7 +384,6 @@ class Worker:
         # Cleared before claiming: a notification or a finished job from now on leads to
         # another claim, one from before is answered by this one.
         self._wake.clear()
-        self._held_back = 0
         self._flow_retry_in = None
         if self._stopping:  # a signal came during the reap
             return []
@@ -399,6 +399,14 @@ class Worker:
             if free > 0:
                 jobs += await self._claim(free, [queue])
         return jobs
+
+    def _burst_waits(self) -> bool:
+        """Whether a burst worker with nothing to run waits for limited jobs: when another
+        worker was claiming in their scope, or their rate has room again within
+        BURST_RATE_WAIT. Jobs held back by another worker's running jobs are that worker's to
+        run; a window further off is the next burst's."""
+        retry_in = self._flow_retry_in
+        return retry_in is not None and retry_in <= BURST_RATE_WAIT
 
     def _is_limited(self, job: ClaimedJob) -> bool:
         return job.task in self._flows or job.queue in self._limited_queues
@@ -473,7 +481,6 @@ class Worker:
         # The next claim's round robin starts after the last scope served (from the start
         # once none was).
         self._flow_after = flow.last_scope
-        self._held_back += flow.held
         # Another worker was claiming in a scope this one wanted: its transaction is short, so
         # look again soon. A rate held a job back: look again when its window has room.
         retry_in = FLOW_CONTENDED_RETRY if flow.contended else flow.open_in
