@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from . import bigtable, flow, harness, report, workloads
+from . import bigtable, flow, harness, report, workflows, workloads
 from .cluster import Cluster, running_cluster
 from .subjects import cronbase_sql, cronbase_subject, pgqueuer_subject, procrastinate_subject, raw
 from .workloads import Measurement, Settings
@@ -104,6 +104,9 @@ def steps(urls: dict[str, str], s: Settings, only: set[str]) -> list[Step]:
     add("flow", "cronbase 1,000 keys, key_concurrency=1", lambda: flow.keys(cb, s, "keyed"))
     add("flow", "cronbase 1,000 keys, no limit", lambda: flow.keys(cb, s, "free"))
     add("flow", "cronbase rate_limit=100/second", lambda: flow.rate(cb, s))
+    add("workflow", "cronbase 10,000 no-op jobs", lambda: workflows.plain(cb, s))
+    add("workflow", "cronbase group of 10,000 then a callback", lambda: workflows.fan_in(cb, s))
+    add("workflow", "cronbase chain of 200", lambda: workflows.chain(cb, s))
     return out
 
 
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["enqueue", "drain", "latency", "big table", "flow"],
+        choices=["enqueue", "drain", "latency", "big table", "flow", "workflow"],
         help="run only these workloads (repeatable)",
     )
     parser.add_argument(

@@ -25,6 +25,7 @@ from .errors import (
     Snooze,
     UnknownTaskError,
     WorkerFatalError,
+    WorkflowError,
 )
 from .flow import Rate
 from .job import Job, JobAttempt, JobStatus
@@ -32,11 +33,13 @@ from .retry import Backoff
 from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
 from .worker import Worker
+from .workflow import Chain, Group, Signature, chain, group
 
 __all__ = [
     "App",
     "Backoff",
     "Cancel",
+    "Chain",
     "ConfigurationError",
     "ConnectionTypeError",
     "CronbaseError",
@@ -48,6 +51,7 @@ __all__ = [
     "EffectInProgress",
     "EffectNotFoundError",
     "EffectRecord",
+    "Group",
     "InvalidNameError",
     "Job",
     "JobAttempt",
@@ -64,10 +68,14 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "Signature",
     "Snooze",
     "Task",
     "UnknownTaskError",
     "Worker",
     "WorkerFatalError",
+    "WorkflowError",
+    "chain",
     "current_job",
+    "group",
 ]

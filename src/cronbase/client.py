@@ -21,7 +21,8 @@ from psycopg.rows import TupleRow, tuple_row
 from .connections import async_connection, sync_connection
 from .errors import CronbaseError, JobNotFoundError, JobStateError
 from .flow import TaskFlow, render_key
-from .job import Job, JobAttempt, JobStatus, Payload
+from .graph import Graph, Node, graph_params, inserted_ids
+from .job import GraphJob, Job, JobAttempt, JobGraph, JobStatus, Payload
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
 from .payload import JSONDumps
 from .payload import encode_payload as encode_payload  # re-exported: callers know it as client's
@@ -63,6 +64,10 @@ class JobOptions:
     # One job per task, key (unique_key, a template over the payload) and window of unique_for.
     unique_for: timedelta | None = None
     unique_key: str | None = None
+    # Existing jobs this one waits for (pending until they succeeded), and what their failure
+    # does to it (graph.py).
+    after: tuple[int, ...] = ()
+    on_parent_failure: Literal["cancel", "run"] = "cancel"
 
     def check(self) -> None:
         """Refuse, naming the bad value, an option the database would refuse or misread."""
@@ -108,6 +113,11 @@ class JobOptions:
             self.dedupe_key is None or self.idempotency_key is not None
         ):
             raise CronbaseError("on_duplicate='replace' needs a dedupe_key and no idempotency_key")
+        if self.after and self.has_keys:
+            raise CronbaseError(
+                f"after={list(self.after)} cannot be combined with idempotency_key, dedupe_key or "
+                "unique_for: a job that waits for others is deferred as it is"
+            )
         if self.on_duplicate == "replace" and self.unique_for is not None:
             raise CronbaseError(
                 f"on_duplicate='replace' cannot be used with a unique_for task: the window's first "
@@ -262,6 +272,8 @@ def defer_one_sync(
     metadata: dict[str, Any] | None = None,
 ) -> int:
     caller = None if connection is None else _sync_conn(connection)
+    if opts.after:
+        return defer_graph_sync(db, after_graph(task, opts, [payload], metadata), caller)[0]
     query, params = build_insert(
         db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
     )
@@ -281,6 +293,9 @@ async def defer_one_async(
     metadata: dict[str, Any] | None = None,
 ) -> int:
     caller = None if connection is None else await _async_conn(connection)
+    if opts.after:
+        graph = after_graph(task, opts, [payload], metadata)
+        return (await defer_graph_async(db, graph, caller))[0]
     query, params = build_insert(
         db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
     )
@@ -305,6 +320,8 @@ def defer_many_sync(
     caller = None if connection is None else _sync_conn(connection)
     if not payloads:
         return []
+    if opts.after:
+        return defer_graph_sync(db, after_graph(task, opts, payloads, metadata), caller)
     query, params = build_insert_many(
         db.queries, task, opts, payloads, db.max_payload_bytes, metadata, db.json_dumps
     )
@@ -323,6 +340,8 @@ async def defer_many_async(
     caller = None if connection is None else await _async_conn(connection)
     if not payloads:
         return []
+    if opts.after:
+        return await defer_graph_async(db, after_graph(task, opts, payloads, metadata), caller)
     query, params = build_insert_many(
         db.queries, task, opts, payloads, db.max_payload_bytes, metadata, db.json_dumps
     )
@@ -333,6 +352,51 @@ async def defer_many_async(
     return [int(r[0]) for r in rows]
 
 
+def after_graph(
+    task: str, opts: JobOptions, payloads: Sequence[Payload], metadata: dict[str, Any] | None
+) -> Graph:
+    """Jobs of one task that wait for existing jobs (``configure(after=...)``)."""
+    graph = Graph()
+    stored = None if metadata is None else encode_metadata(metadata)
+    for payload in payloads:
+        graph.wait_for(graph.add(Node(task, opts, payload, metadata=stored)), opts.after)
+    return graph
+
+
+def defer_graph_sync(
+    db: Database, graph: Graph, caller: psycopg.Connection[Any] | None
+) -> list[int]:
+    """Insert a graph of jobs in one statement (the caller's transaction when given); the
+    nodes' ids in node order."""
+    params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
+    query = db.queries.insert_graph
+    rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
+    return inserted_ids(rows)
+
+
+async def defer_graph_async(
+    db: Database, graph: Graph, caller: psycopg.AsyncConnection[Any] | None
+) -> list[int]:
+    params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
+    query = db.queries.insert_graph
+    if caller is not None:
+        rows = await _run_async(caller, query, params)
+    else:
+        rows = await db.rows_async(query, params)
+    return inserted_ids(rows)
+
+
+def _graph(job_id: int, rows: builtins.list[dict[str, Any]]) -> JobGraph:
+    if not rows:
+        raise JobNotFoundError(job_id)
+    mine = next((r for r in rows if r["id"] == job_id), rows[0])
+    return JobGraph(
+        workflow_id=mine["workflow_id"],
+        jobs=[GraphJob.from_row(r) for r in rows],
+        total=int(rows[0]["total"]),
+    )
+
+
 def _one_job(row: dict[str, Any] | None, job_id: int) -> Job:
     if row is None:
         raise JobNotFoundError(job_id)
@@ -340,7 +404,10 @@ def _one_job(row: dict[str, Any] | None, job_id: int) -> Job:
 
 
 def _state_error(action: str, job: Job) -> JobStateError:
-    allowed = {"retry": "any state but running", "cancel": "queued, failed or running"}[action]
+    allowed = {
+        "retry": "any state but running or pending",
+        "cancel": "pending, queued, failed or running",
+    }[action]
     return JobStateError(
         f"cannot {action} job {job.id}: it is {job.status.value} ({action} needs {allowed})"
     )
@@ -439,7 +506,8 @@ class Jobs:
         return {"id": job_id, "channel": self.db.channel}
 
     def retry(self, job_id: int) -> Job:
-        """Run the job again now (any state but running); returns it queued."""
+        """Run the job again now (any state but running or pending); returns it queued. A dead
+        or cancelled job's dependents that its failure cancelled wait for it again."""
         try:
             rows = self.db.fetch_all(self.db.queries.retry_job, self._admin_params(job_id))
         except psycopg.errors.UniqueViolation:
@@ -478,6 +546,18 @@ class Jobs:
         if rows:
             return Job.from_row(rows[0])
         raise _state_error("cancel", await self.get_async(job_id))
+
+    def graph(self, job_id: int, limit: int = 1000) -> JobGraph:
+        """The workflow ``job_id`` belongs to (a job outside one: it, its parents and children),
+        at most ``limit`` jobs."""
+        rows = self.db.fetch_all(self.db.queries.job_graph, {"id": job_id, "limit": limit})
+        return _graph(job_id, rows)
+
+    async def graph_async(self, job_id: int, limit: int = 1000) -> JobGraph:
+        rows = await self.db.fetch_all_async(
+            self.db.queries.job_graph, {"id": job_id, "limit": limit}
+        )
+        return _graph(job_id, rows)
 
     def counts(self) -> builtins.list[tuple[str, JobStatus, int]]:
         """(queue, status, count) for every queue and status present."""

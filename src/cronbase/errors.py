@@ -57,6 +57,11 @@ class JobStateError(CronbaseError):
     """The job is in a state that does not allow the action."""
 
 
+class WorkflowError(CronbaseError, ValueError):
+    """A graph of jobs that cannot be deferred: an unknown parent, a bad on_parent_failure, an
+    empty chain or group; the message names the problem."""
+
+
 class ScheduleError(CronbaseError, ValueError):
     """An invalid cron expression, time zone or schedule option."""
 

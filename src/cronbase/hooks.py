@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .client import JobOptions
     from .context import JobContext
     from .db.database import Database
+    from .graph import Graph
     from .job import JSONValue, Payload
     from .task import Task
 
@@ -70,6 +71,10 @@ class Interceptor(Protocol):
     async def defer_async(
         self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
     ) -> list[int]: ...
+
+    def defer_graph(self, graph: Graph, tasks: list[Task[Any, Any]]) -> int: ...
+
+    async def defer_graph_async(self, graph: Graph, tasks: list[Task[Any, Any]]) -> int: ...
 
 
 def _name(func: object) -> str:

@@ -15,6 +15,7 @@ Payload: TypeAlias = dict[str, JSONValue]
 class JobStatus(enum.StrEnum):
     """A job's state; the values are the ones stored in the database."""
 
+    PENDING = "pending"  # waiting for its parents (configure(after=...), a chain, a group)
     QUEUED = "queued"  # waiting for run_at
     RUNNING = "running"  # leased by a worker
     SUCCEEDED = "succeeded"
@@ -48,6 +49,12 @@ TRANSITIONS: Mapping[tuple[JobStatus, JobStatus], str] = {
     (JobStatus.CANCELLED, JobStatus.QUEUED): "retried by an operator",
     (JobStatus.SUCCEEDED, JobStatus.QUEUED): "retried by an operator",
     (JobStatus.QUEUED, JobStatus.QUEUED): "retried by an operator (run now)",
+    (
+        JobStatus.PENDING,
+        JobStatus.QUEUED,
+    ): "its last parent succeeded (or ended: on_parent_failure='run')",
+    (JobStatus.PENDING, JobStatus.CANCELLED): "a parent went dead or was cancelled, or an operator",
+    (JobStatus.CANCELLED, JobStatus.PENDING): "the parent whose failure cancelled it was retried",
 }
 
 
@@ -100,6 +107,10 @@ class Job:
     result: JSONValue = None
     # How many times the handler raised Snooze (each put the job back, attempt not counted).
     snoozes: int = 0
+    # A pending job's parents that have not succeeded yet (configure(after=...), workflows).
+    parents_left: int = 0
+    # The workflow (chain, group) the job belongs to: its id; None outside one.
+    workflow_id: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -118,6 +129,67 @@ class Job:
                 value = value.total_seconds()
             out[f.name] = value
         return out
+
+
+@dataclass(frozen=True)
+class GraphJob:
+    """One job of a graph (``app.jobs.graph``): what it is, where it stands, whom it waits for."""
+
+    id: int
+    task: str
+    status: JobStatus
+    result: JSONValue
+    parents: list[int]
+    parents_left: int
+    last_error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> GraphJob:
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["status"] = JobStatus(values["status"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobGraph:
+    """The jobs of a workflow (or a job with its parents and children), parents first."""
+
+    workflow_id: int | None
+    jobs: list[GraphJob]
+    # How many jobs the graph holds; more than len(jobs) when it was cut at the limit.
+    total: int
+
+    def children(self, job_id: int) -> list[GraphJob]:
+        return [job for job in self.jobs if job_id in job.parents]
+
+    def levels(self) -> list[list[GraphJob]]:
+        """The jobs by depth: those with no parent here first, then each job one level below
+        its deepest parent (a chain's links one per level; a group's members side by side)."""
+        depth: dict[int, int] = {}
+        for job in self.jobs:  # parents first: ids grow with insertion, a parent is older
+            depth[job.id] = 1 + max((depth.get(p, -1) for p in job.parents), default=-1)
+        levels: list[list[GraphJob]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+        for job in self.jobs:
+            levels[depth[job.id]].append(job)
+        return levels
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "workflow_id": self.workflow_id,
+            "total": self.total,
+            "jobs": [
+                {
+                    "id": j.id,
+                    "task": j.task,
+                    "status": j.status.value,
+                    "result": j.result,
+                    "parents": list[JSONValue](j.parents),
+                    "parents_left": j.parents_left,
+                    "last_error": j.last_error,
+                }
+                for j in self.jobs
+            ],
+        }
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,11 @@ from .convert import Unresolved, argument_converters, convert_arguments
 from .converters import Converter
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .flow import TaskFlow, check_template
+from .graph import check_after
 from .hooks import Hooks
 from .job import Payload
 from .retry import Backoff
+from .workflow import Signature
 
 if TYPE_CHECKING:
     from .connections import CallerConnection
@@ -244,10 +246,14 @@ class Task(Generic[P, R]):
         dedupe_key: str | None = None,
         on_duplicate: Literal["ignore", "replace"] = "ignore",
         concurrency_key: str | None = None,
+        after: Sequence[int] | None = None,
+        on_parent_failure: Literal["cancel", "run"] = "cancel",
         connection: CallerConnection | None = None,
     ) -> Deferral:
         """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``.
-        ``concurrency_key`` replaces the key the task's template would render."""
+        ``concurrency_key`` replaces the key the task's template would render. ``after``: the
+        job waits ('pending') until these jobs succeeded; when one of them goes dead or is
+        cancelled, the job is cancelled too, or runs anyway with ``on_parent_failure="run"``."""
         flow = self.defaults.flow
         if concurrency_key is not None and (flow is None or flow.concurrency_key is None):
             raise ConfigurationError(
@@ -269,9 +275,15 @@ class Task(Generic[P, R]):
             self.options(),
             **{k: v for k, v in changes.items() if v is not None},
             on_duplicate=on_duplicate,
+            after=check_after(after or (), on_parent_failure),
+            on_parent_failure=on_parent_failure,
         )
         opts.check()
         return Deferral(self, opts, connection)
+
+    def s(self, **payload: Any) -> Signature:
+        """A signature: this job, not yet deferred, for ``cronbase.chain`` and ``group``."""
+        return Signature.of(self, payload)
 
     def defer(self, **payload: Any) -> int:
         """Enqueue a job now; returns its id. ``send_invoice.defer(invoice_id=812)``."""

@@ -169,7 +169,7 @@ def test_worker_burst_runs_the_jobs_then_retry_and_cancel(
     refused = cronbase(database_url, "jobs", "cancel", str(ids[0]))
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
-        f"error: cannot cancel job {ids[0]}: it is succeeded (cancel needs queued, failed or running)"
+        f"error: cannot cancel job {ids[0]}: it is succeeded (cancel needs pending, queued, failed or running)"
     )
 
 

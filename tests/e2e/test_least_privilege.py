@@ -27,8 +27,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import cronbase as cronbase_api
 from cronbase.db import migrate
-from cronbase.db.grants import TABLE_PRIVILEGES, apply_grants, render_grants
+from cronbase.db.grants import (
+    SEQUENCE_PRIVILEGES,
+    TABLE_PRIVILEGES,
+    apply_grants,
+    render_grants,
+)
 from cronbase.db.queries import Queries
 from cronbase.maintenance import Retention
 from tests.conftest import wait_for
@@ -242,10 +248,14 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
     assert printed == render_grants(SCHEMA, "app")
     assert printed[0] == 'GRANT USAGE ON SCHEMA "cronbase" TO "app";'
     assert 'GRANT SELECT, INSERT ON TABLE "cronbase"."audit_log" TO "app";' in printed
+    # The one sequence: insert_graph draws a workflow's ids with nextval (the run below proves
+    # it is needed: EXPLAIN checks no sequence rights).
+    assert 'GRANT USAGE ON SEQUENCE "cronbase"."jobs_id_seq" TO "app";' in printed
     assert all(
-        re.fullmatch(r'GRANT [A-Z, ]+ ON (SCHEMA|TABLE) [^;]+ TO "app";', p) for p in printed
+        re.fullmatch(r'GRANT [A-Z, ]+ ON (SCHEMA|TABLE|SEQUENCE) [^;]+ TO "app";', p)
+        for p in printed
     )
-    for word in ("TRUNCATE", "CREATE", "ALL", "DEFAULT", "SEQUENCE", "FUNCTION", "OWNER"):
+    for word in ("TRUNCATE", "CREATE", "ALL", "DEFAULT", "FUNCTION", "OWNER"):
         assert word not in " ".join(printed)
     assert table_grants(owner_url, "app") == {}, "printing must grant nothing"
 
@@ -260,6 +270,7 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
     # Again (after an upgrade's migrations, say): the same grants, no error.
     ok(cronbase(owner_url, "grants", "app", "--apply"))
     expected = {table: set(privileges) for table, privileges in TABLE_PRIVILEGES.items()}
+    expected |= {name: set(usages) for name, usages in SEQUENCE_PRIVILEGES.items()}
     assert table_grants(owner_url, "app") == expected
     assert scalar(owner_url, "SELECT has_schema_privilege('app', 'cronbase', 'USAGE')") is True
     assert scalar(owner_url, "SELECT has_schema_privilege('app', 'cronbase', 'CREATE')") is False
@@ -283,7 +294,8 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
     assert keyed.defer(n=41) == ids[-1]
     replaced = execute_once.configure(dedupe_key="debounce", on_duplicate="replace")
     ids.append(replaced.defer(n=42))
-    assert replaced.defer(n=43) == ids[-1]  # the waiting job got the new payload
+    replaced_id = ids[-1]
+    assert replaced.defer(n=43) == replaced_id  # the waiting job got the new payload
 
     async def enqueue_async() -> list[int]:
         try:
@@ -295,6 +307,11 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
             await tasks.aclose()
 
     ids += asyncio.run(enqueue_async())
+    # Workflows (insert_graph: nextval on jobs_id_seq) and a dependent job, which the trigger
+    # releases with the rights of the worker that ends its parent.
+    first = cronbase_api.group([execute_once.s(n=47), execute_once.s(n=48)]).defer()
+    ids += [first, first + 1]
+    ids.append(execute_once.configure(after=[first]).defer(n=49))
     tasks.close()
     explode_id = int(
         ok(
@@ -317,7 +334,7 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
             )
             executions = owner.execute("SELECT job_id, n FROM test_executions").fetchall()
             assert sorted(job_id for job_id, _ in executions) == sorted(ids)
-            assert (ids[-4], 43) in executions  # the replaced payload
+            assert (replaced_id, 43) in executions  # the replaced payload
             for process in processes:
                 process.send(signal.SIGTERM)
             assert [p.wait_exit(timeout=60) for p in processes] == [0, 0]
@@ -473,12 +490,17 @@ def permission_failures(url: str) -> dict[str, str]:
 def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: Roles) -> None:
     ok(cronbase(roles.owner_url, "migrate"))
     with psycopg.connect(roles.owner_url, autocommit=True) as owner:
-        # What the table leaves out on purpose must stay true of the schema: no function to
-        # EXECUTE, and no sequence but identity columns' (an INSERT needs no right on those).
+        # What the table leaves out on purpose must stay true of the schema: functions PUBLIC
+        # may execute, and no sequence but identity columns' (an INSERT needs no right on
+        # those; insert_graph's nextval is granted in SEQUENCE_PRIVILEGES).
         functions = owner.execute(
-            "SELECT proname FROM pg_proc WHERE pronamespace = %s::regnamespace", [SCHEMA]
+            "SELECT proname, has_function_privilege('app', oid, 'EXECUTE') FROM pg_proc"
+            " WHERE pronamespace = %s::regnamespace ORDER BY 1",
+            [SCHEMA],
         ).fetchall()
-        assert functions == [], f"grant EXECUTE on {functions} in cronbase/db/grants.py"
+        assert functions == [("parents_results", True), ("resolve_dependents", True)], (
+            f"grant EXECUTE on {functions} in cronbase/db/grants.py"
+        )
         sequences = owner.execute(
             "SELECT c.relname, d.deptype FROM pg_class c"
             " LEFT JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass"

@@ -43,8 +43,10 @@ _QUERIES = {
         JOIN pg_class c ON c.oid = t.tgrelid
         JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %(schema)s AND NOT t.tgisinternal ORDER BY c.relname, t.tgname""",
+    # The body's hash with the schema's name taken out (a function names its schema's tables).
     "function": """
-        SELECT p.proname, md5(p.prosrc)
+        SELECT p.proname,
+               md5(replace(p.prosrc, '"' || %(schema)s || '".', '{schema}.'))
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = %(schema)s ORDER BY p.proname""",
 }

@@ -94,7 +94,9 @@ def test_unknown_ids_and_bad_filters_are_refused_by_name(app: cronbase.App) -> N
     for call in (app.jobs.get, app.jobs.retry, app.jobs.cancel):
         with pytest.raises(cronbase.JobNotFoundError, match="no job with id 424242"):
             call(424242)
-    with pytest.raises(cronbase.CronbaseError, match="unknown status 'bogus'; one of: queued"):
+    with pytest.raises(
+        cronbase.CronbaseError, match="unknown status 'bogus'; one of: pending, queued"
+    ):
         app.jobs.list(status="bogus")
     with pytest.raises(cronbase.CronbaseError, match="limit must be at least 1, got 0"):
         app.jobs.list(limit=0)
@@ -192,7 +194,9 @@ def test_a_running_job_cannot_be_retried(
 ) -> None:
     job_id = job_in(app, db, tasks, S.RUNNING)
     token = job_row(db, job_id)["lease_token"]
-    message = f"cannot retry job {job_id}: it is running (retry needs any state but running)"
+    message = (
+        f"cannot retry job {job_id}: it is running (retry needs any state but running or pending)"
+    )
     with pytest.raises(cronbase.JobStateError, match=re.escape(message)):
         app.jobs.retry(job_id)
     row = job_row(db, job_id)
@@ -278,9 +282,7 @@ def test_a_finished_job_cannot_be_cancelled(
 ) -> None:
     job_id = job_in(app, db, tasks, status)
     before = job_row(db, job_id)
-    message = (
-        f"cannot cancel job {job_id}: it is {status.value} (cancel needs queued, failed or running)"
-    )
+    message = f"cannot cancel job {job_id}: it is {status.value} (cancel needs pending, queued, failed or running)"
     with pytest.raises(cronbase.JobStateError, match=re.escape(message)):
         app.jobs.cancel(job_id)
     assert job_row(db, job_id) == before

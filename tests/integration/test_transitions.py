@@ -223,6 +223,12 @@ class Driver:
     def __init__(self, app: cronbase.App, db: psycopg.Connection[Any]) -> None:
         self.app, self.db, self.q = app, db, app.queries
         self.tokens: dict[int, uuid.UUID] = {}
+        self.parents: dict[int, int] = {}
+
+        @app.task(name="t", max_attempts=3)
+        def t() -> None: ...
+
+        self.task = t
 
     def new_job(self) -> int:
         # A queue of its own, so claims take this job and no other.
@@ -288,11 +294,39 @@ class Driver:
             return False
         return True
 
+    def new_child(self) -> int:
+        """A job waiting for a parent of its own, each in a queue of its own."""
+        parent = self.new_job()
+        queue = f"q{uuid.uuid4().hex[:8]}"
+        child = self.task.configure(queue=queue, after=[parent]).defer()
+        self.parents[child] = parent
+        return child
+
+    def parent_ends(self, job_id: int, outcome: str) -> bool:
+        """Whether the parent's end moved the job (what the trigger did to it)."""
+        parent = self.parents.get(job_id)
+        before = self.status(job_id)
+        if parent is None or not (self.claim(parent) and self.finish(parent, outcome)):
+            return False
+        return self.status(job_id) is not before
+
+    def parent_retried(self, job_id: int) -> bool:
+        parent = self.parents.get(job_id)
+        before = self.status(job_id)
+        return (
+            parent is not None and self.admin(parent, "retry") and self.status(job_id) is not before
+        )
+
     def job_in(self, status: JobStatus) -> int:
+        if status in (S.PENDING, S.CANCELLED):
+            # Cancelled: by its parent's death, which a retry of the parent undoes.
+            job_id = self.new_child()
+            if status is S.CANCELLED:
+                assert self.parent_ends(job_id, "dead")
+            assert self.status(job_id) is status
+            return job_id
         job_id = self.new_job()
-        if status is S.CANCELLED:
-            assert self.admin(job_id, "cancel")
-        elif status is not S.QUEUED:
+        if status is not S.QUEUED:
             assert self.claim(job_id)
             if status is not S.RUNNING:
                 assert self.finish(job_id, status.value)
@@ -310,6 +344,9 @@ ACTIONS: dict[str, Callable[[Driver, int], bool]] = {
     "release": Driver.release,
     "cancel": lambda d, j: d.admin(j, "cancel"),
     "retry": lambda d, j: d.admin(j, "retry"),
+    "parent succeeds": lambda d, j: d.parent_ends(j, "succeeded"),
+    "parent dies": lambda d, j: d.parent_ends(j, "dead"),
+    "parent retried": Driver.parent_retried,
 }
 
 

@@ -19,7 +19,9 @@ ALL = list(JobStatus)
 
 
 def test_status_values_are_the_ones_the_database_allows() -> None:
-    migration = (resources.files("cronbase.db") / "migrations" / "0001_initial.sql").read_text()
+    # The newest migration that redefines the check (0012 added 'pending').
+    folder = resources.files("cronbase.db") / "migrations"
+    migration = (folder / "0012_dependencies.sql").read_text()
     check = re.search(r"CHECK \(status IN \(([^)]*)\)\)", migration)
     assert check is not None
     assert set(re.findall(r"'(\w+)'", check.group(1))) == {s.value for s in JobStatus}
@@ -71,8 +73,13 @@ def test_only_waiting_jobs_are_claimed_and_final_jobs_only_go_back_to_queued() -
         s for s in ALL if s.is_waiting
     }
     for final in (s for s in ALL if s.is_final):
-        assert {new for new in ALL if can_transition(final, new)} == {S.QUEUED}
-    assert {s for s in ALL if not s.is_waiting and not s.is_final} == {S.RUNNING}
+        # A cancelled job goes back to pending too: when the parent whose failure cancelled
+        # it is retried.
+        back = {S.QUEUED, S.PENDING} if final is S.CANCELLED else {S.QUEUED}
+        assert {new for new in ALL if can_transition(final, new)} == back
+    assert {s for s in ALL if not s.is_waiting and not s.is_final} == {S.RUNNING, S.PENDING}
+    # A pending job only waits: released to queued, or cancelled.
+    assert {new for new in ALL if can_transition(S.PENDING, new)} == {S.QUEUED, S.CANCELLED}
 
 
 def test_outcome_status_table() -> None:
@@ -125,6 +132,8 @@ def job_row(**changes: object) -> dict[str, object]:
         "metadata": None,
         "result": {"total": 3},
         "snoozes": 2,
+        "parents_left": 0,
+        "workflow_id": None,
     }
     row.update(changes)
     return row

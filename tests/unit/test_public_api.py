@@ -8,6 +8,7 @@ EXPECTED = [
     "App",
     "Backoff",
     "Cancel",
+    "Chain",
     "ConfigurationError",
     "ConnectionTypeError",
     "CronbaseError",
@@ -19,6 +20,7 @@ EXPECTED = [
     "EffectInProgress",
     "EffectNotFoundError",
     "EffectRecord",
+    "Group",
     "InvalidNameError",
     "Job",
     "JobAttempt",
@@ -35,12 +37,16 @@ EXPECTED = [
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "Signature",
     "Snooze",
     "Task",
     "UnknownTaskError",
     "Worker",
     "WorkerFatalError",
+    "WorkflowError",
+    "chain",
     "current_job",
+    "group",
 ]
 
 

@@ -28,6 +28,7 @@ DEFAULT_SCHEMA = "cronbase"
 
 
 STATUS_STYLES = {
+    JobStatus.PENDING: "blue",
     JobStatus.QUEUED: "cyan",
     JobStatus.RUNNING: "bold yellow",
     JobStatus.SUCCEEDED: "green",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import click
 from rich.console import Console
@@ -12,7 +14,7 @@ from rich.text import Text
 
 from ..admin import requeue_dead
 from ..audit import cli_actor
-from ..job import Job, JobAttempt, JobStatus
+from ..job import Job, JobAttempt, JobGraph, JobStatus
 from .common import STATUS_STYLES, Settings, status_text, when
 from .main import cli
 
@@ -84,14 +86,60 @@ def show_job(settings: Settings, job_id: int, as_json: bool) -> None:
     app = settings.app()
     job = app.jobs.get(job_id)
     attempts = app.jobs.attempts(job_id)
+    graph = app.jobs.graph(job_id, limit=GRAPH_LIMIT)
+    in_graph = graph.total > 1
     if as_json:
-        shown = {"job": job.to_json(), "attempts": [a.to_json() for a in attempts]}
+        shown: dict[str, Any] = {"job": job.to_json(), "attempts": [a.to_json() for a in attempts]}
+        if in_graph:
+            shown["graph"] = graph.to_json()
         click.echo(json.dumps(shown, indent=2))
         return
     console = Console(highlight=False, markup=False)
     console.print(job_details(job))
+    if in_graph:
+        console.print(graph_text(graph, job.id))
     for attempt in attempts:
         console.print(attempt_text(attempt))
+
+
+# Jobs of a workflow read for jobs show; a level of more than LEVEL_LIST jobs is summed up.
+GRAPH_LIMIT = 10_000
+LEVEL_LIST = 8
+
+
+def graph_text(graph: JobGraph, current: int) -> Text:
+    """The workflow by levels: each job of a short level with its status and result, a long
+    level (a group's members) counted by task and status."""
+    title = f"workflow {graph.workflow_id}" if graph.workflow_id else "dependencies"
+    text = Text(f"\n{title}: {graph.total} jobs", style="bold")
+    if graph.total > len(graph.jobs):
+        text.append(f" (the first {len(graph.jobs)} shown)")
+    for number, level in enumerate(graph.levels(), 1):
+        text.append(f"\n  {number}. ")
+        if len(level) > LEVEL_LIST:
+            tasks = ", ".join(sorted({j.task for j in level}))
+            text.append(f"{len(level)} jobs of {tasks}: ")
+            counts = Counter(j.status for j in level)
+            for n, (status, count) in enumerate(sorted(counts.items())):
+                text.append(", " if n else "")
+                text.append(f"{count} {status.value}", style=STATUS_STYLES[status])
+            continue
+        for n, job in enumerate(level):
+            text.append("\n     " if n else "")
+            marker = "> " if job.id == current else ""
+            text.append(f"{marker}#{job.id} {job.task} ", style="bold" if marker else "")
+            text.append(job.status.value, style=STATUS_STYLES[job.status])
+            if job.status is JobStatus.PENDING:
+                text.append(f" (waits for {job.parents_left} of {len(job.parents)})")
+            if job.result is not None:
+                text.append(" -> " + _short(json.dumps(job.result)))
+            elif job.last_error and job.status is not JobStatus.SUCCEEDED:
+                text.append(" " + _short(job.last_error), style="red")
+    return text
+
+
+def _short(value: str, width: int = 60) -> str:
+    return value if len(value) <= width else value[: width - 1] + "…"
 
 
 def job_details(job: Job) -> Table:

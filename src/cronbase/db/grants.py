@@ -69,14 +69,23 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: list_audit, insert_audit's RETURNING. INSERT: insert_audit.
         # No UPDATE, no DELETE: the log is append-only, and this role cannot rewrite it.
         "audit_log": ("SELECT", "INSERT"),
+        # SELECT: insert_graph, and resolve_dependents (the trigger runs with the rights of
+        #   whoever ends the parent). INSERT: insert_graph. No DELETE: pruning a job deletes
+        #   its rows by the foreign keys' cascade, as the owner.
+        "job_deps": ("SELECT", "INSERT"),
     }
 )
+# Sequences a statement calls nextval() on: insert_graph draws a workflow's ids up front, so its
+# edges and workflow_id can name them in the same statement.
+SEQUENCE_PRIVILEGES: Mapping[str, tuple[Literal["USAGE"], ...]] = MappingProxyType(
+    {"jobs_id_seq": ("USAGE",)}
+)
 # Not granted, on purpose:
-# - sequences: jobs, job_attempts and audit_log ids are identity columns, whose sequences an
+# - other sequences: job_attempts and audit_log ids are identity columns, whose sequences an
 #   INSERT advances without any privilege on them (the test checks no other sequence exists);
-# - functions: the statements call only built-ins (pg_notify, gen_random_uuid, now,
-#   pg_try_advisory_xact_lock...), which PUBLIC may execute; the schema's one function went in
-#   migration 0007 (the test checks the schema has none);
+# - functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
+#   pg_try_advisory_xact_lock...) and the schema's parents_results and resolve_dependents
+#   (migration 0012), which PUBLIC may execute, as it may any new function (the test checks);
 # - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;
 # - ALTER DEFAULT PRIVILEGES: a migration that adds a table is followed by an explicit
 #   `cronbase grants ROLE --apply` (it is idempotent).
@@ -117,6 +126,14 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
             sql.SQL("GRANT {} ON TABLE {} TO {}").format(
                 sql.SQL(", ").join(sql.SQL(privilege) for privilege in privileges),
                 sql.Identifier(schema, table),
+                grantee,
+            )
+        )
+    for sequence, usages in SEQUENCE_PRIVILEGES.items():
+        statements.append(
+            sql.SQL("GRANT {} ON SEQUENCE {} TO {}").format(
+                sql.SQL(", ").join(sql.SQL(usage) for usage in usages),
+                sql.Identifier(schema, sequence),
                 grantee,
             )
         )

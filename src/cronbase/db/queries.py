@@ -130,6 +130,8 @@ class Queries:
     claim_flow_candidates: bytes
     claim_flow_jobs: bytes
     prune_flow_logs: bytes
+    insert_graph: bytes
+    job_graph: bytes
 
     templates: ClassVar[dict[str, str]]
 

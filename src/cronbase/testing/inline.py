@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..client import encode_metadata
 from ..context import JobContext, set_current
-from ..errors import Cancel, CronbaseError, ResultError, Snooze
+from ..errors import Cancel, CronbaseError, ResultError, Snooze, WorkflowError
 from ..hooks import DeferCall
 from ..job import JobStatus, JSONValue, Payload, outcome_status
 from ..logs import install_job_context
@@ -33,6 +33,7 @@ from .roundtrip import through_json
 if TYPE_CHECKING:
     from ..app import App
     from ..client import JobOptions
+    from ..graph import Graph, Node
     from ..task import Task
 
 
@@ -62,6 +63,16 @@ class InlineJob:
     # The last progress the handler reported with current_job().set_progress().
     progress: float | None = field(default=None, repr=False)
     stage: str | None = field(default=None, repr=False)
+
+
+def _parents_state(parents: list[InlineJob], on_parent_failure: str) -> str:
+    """'run' (every parent succeeded, or ended with on_parent_failure 'run'), 'cancel' (one
+    failed) or 'wait' (one has not ended: snoozed, or failed with retries left)."""
+    final = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+    failed = [p for p in parents if p.status in (JobStatus.DEAD, JobStatus.CANCELLED)]
+    if failed and on_parent_failure != "run":
+        return "cancel"
+    return "run" if all(p.status in final for p in parents) else "wait"
 
 
 class InlineJobContext(JobContext):
@@ -120,7 +131,8 @@ class InlineRun:
                 f"task {task.name!r} is async and an event loop is running in this thread: "
                 f"in inline mode use `await {task.name}.defer_async(...)` (or defer_many_async)"
             )
-        accepted = self._accept(task, options, payloads)
+        self._check_parents(options)
+        accepted = self._waiting(options, self._accept(task, options, payloads))
         for job, kwargs in accepted:
             if kwargs is not None:
                 self._run(task, job, kwargs)
@@ -130,11 +142,76 @@ class InlineRun:
         self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
     ) -> list[int]:
         __tracebackhide__ = True
-        accepted = self._accept(task, options, payloads)
+        self._check_parents(options)
+        accepted = self._waiting(options, self._accept(task, options, payloads))
         for job, kwargs in accepted:
             if kwargs is not None:
                 await self._run_async(task, job, kwargs)
         return [job.id for job, _ in accepted]
+
+    def _check_parents(self, options: JobOptions) -> None:
+        known = {job.id for job in self.jobs}
+        missing = [job_id for job_id in options.after if job_id not in known]
+        if missing:
+            raise WorkflowError(
+                f"unknown parent job(s) in after=: {', '.join(map(str, missing))}; "
+                "nothing was deferred"
+            )
+
+    def _waiting(
+        self, options: JobOptions, accepted: list[tuple[InlineJob, dict[str, Any] | None]]
+    ) -> list[tuple[InlineJob, dict[str, Any] | None]]:
+        """configure(after=...): jobs whose parents have not all succeeded do not run."""
+        if not options.after:
+            return accepted
+        parents = [self.job(job_id) for job_id in options.after]
+        state = _parents_state(parents, options.on_parent_failure)
+        if state == "run":
+            return accepted
+        for job, _ in accepted:
+            job.status = JobStatus.PENDING if state == "wait" else JobStatus.CANCELLED
+        return [(job, None) for job, _ in accepted]
+
+    def defer_graph(self, graph: Graph, tasks: list[Task[Any, Any]]) -> int:
+        """A chain or group: its jobs one by one in graph order (parents first), each run once
+        its parents succeeded, with their results; the workflow's id, as insert_graph's."""
+        __tracebackhide__ = True
+        ids: list[int] = []
+        for ord_, (node, task) in enumerate(zip(graph.nodes, tasks, strict=True), 1):
+            job, kwargs = self._graph_node(graph, ord_, node, task, ids)
+            ids.append(job.id)
+            if kwargs is not None:
+                self._run(task, job, kwargs)
+        return ids[(graph.workflow or 1) - 1]
+
+    async def defer_graph_async(self, graph: Graph, tasks: list[Task[Any, Any]]) -> int:
+        __tracebackhide__ = True
+        ids: list[int] = []
+        for ord_, (node, task) in enumerate(zip(graph.nodes, tasks, strict=True), 1):
+            job, kwargs = self._graph_node(graph, ord_, node, task, ids)
+            ids.append(job.id)
+            if kwargs is not None:
+                await self._run_async(task, job, kwargs)
+        return ids[(graph.workflow or 1) - 1]
+
+    def _graph_node(
+        self, graph: Graph, ord_: int, node: Node, task: Task[Any, Any], ids: list[int]
+    ) -> tuple[InlineJob, dict[str, Any] | None]:
+        """Record one node: pending, cancelled (a parent failed) or ready to run (kwargs)."""
+        edges = [(self.job(ids[p - 1]), pos) for c, p, _, pos in graph.edges if c == ord_ and p]
+        payload: dict[str, Any] = dict(node.payload)
+        state = _parents_state([parent for parent, _ in edges], node.options.on_parent_failure)
+        if node.receives is not None and edges:
+            # A job that will not run holds None where the results would be, as the database
+            # keeps the payload without them.
+            results = [parent.result for parent, _ in sorted(edges, key=lambda e: e[1] or 0)]
+            single = len(edges) == 1 and edges[0][1] is None
+            payload[node.receives] = None if state != "run" else results[0] if single else results
+        ((job, kwargs),) = self._accept(task, node.options, [payload])
+        if state == "run":
+            return job, kwargs
+        job.status = JobStatus.PENDING if state == "wait" else JobStatus.CANCELLED
+        return job, None
 
     # -- defer: what the insert would do ------------------------------------------------------
 

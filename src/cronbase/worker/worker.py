@@ -334,7 +334,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         next_reap = loop.time()
         failures = FailureLog("claiming jobs")
+        assert self._completer is not None
         while not self._stopping:
+            written = self._completer.written
             try:
                 if loop.time() >= next_reap:
                     await self._reap()
@@ -364,7 +366,12 @@ class Worker:
             if self._may_hold_orphans:
                 await self._release_orphans()
             if self.burst and not claimed and not self._running and not self._burst_waits():
-                return
+                if self._completer.pending_jobs:
+                    await self._completer.drain()  # its outcomes may release dependents
+                    continue
+                if self._completer.written == written:
+                    return
+                continue  # outcomes written since this claim began may have released dependents
             # Until a notification, a finished job or a stop request wakes us, or it is time to
             # poll (the fallback for a lost notification) or to reap, or a limit that held jobs
             # back may have room (a rate's window moves on; another worker's claim in the same

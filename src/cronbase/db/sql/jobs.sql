@@ -438,12 +438,13 @@ FROM {schema}.jobs WHERE id = %(id)s AND status = 'succeeded'
 ORDER BY attempt, finished_at;
 
 -- name: retry_job
--- Run a job again now: any state but running. max_attempts grows so the retry is not
--- immediately dead. A succeeded job's final attempt, recorded by its row until now, is written to
+-- Run a job again now: any state but running or pending (a pending job waits for its parents;
+-- resolve_dependents, migration 0012, puts back the dependents a failed job's end cancelled).
+-- max_attempts grows so the retry is not immediately dead. A succeeded job's final attempt, recorded by its row until now, is written to
 -- the history first. Notifies so an idle worker picks it up at once.
 WITH target AS (
     SELECT id, status, attempts, locked_by, started_at, finished_at FROM {schema}.jobs
-    WHERE id = %(id)s AND status <> 'running'
+    WHERE id = %(id)s AND status NOT IN ('running', 'pending')
     FOR UPDATE
 ), history AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, finished_at, outcome)
@@ -475,7 +476,7 @@ WITH target AS (
     SET status = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL,
         lease_token = NULL, updated_at = now()
     FROM target t
-    WHERE j.id = t.id AND t.status IN ('queued', 'failed', 'running')
+    WHERE j.id = t.id AND t.status IN ('pending', 'queued', 'failed', 'running')
     RETURNING j.*
 ), history AS (
     INSERT INTO {schema}.job_attempts

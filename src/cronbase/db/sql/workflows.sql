@@ -1,0 +1,113 @@
+-- Dependencies and workflows (issue 15): jobs that wait for other jobs. Migration 0012 holds the
+-- trigger that releases or cancels a waiting job when its parents end; these statements insert
+-- the graphs and read them back.
+
+-- name: insert_graph
+-- Insert a graph of jobs in one statement: nodes (arrays in node order, 1-based ordinals) and
+-- edges (child ordinal -> a parent that is a node of this graph, or an existing job's id).
+-- Existing parents are marked has_dependents first: that UPDATE takes their row locks, so a
+-- worker finishing one waits for this transaction and its trigger then sees the new children
+-- (an AFTER trigger's statements read a snapshot taken after the lock). A node waits
+-- ('pending') for each parent not yet succeeded; a parent already dead or cancelled cancels it
+-- at once (or counts as done for on_parent_failure 'run'), as the trigger would have; only a
+-- graph without edges between its own nodes may name existing parents (graph.py), so such a
+-- node has no children here to cancel in turn.
+-- Ids are drawn from the table's sequence up front, so edges and workflow_id can name them in
+-- the same statement. When an existing parent is not found, nothing is inserted: one row with
+-- a NULL id carries the missing parents' ids.
+WITH existing AS (
+    UPDATE {schema}.jobs SET has_dependents = true
+    WHERE id = ANY (%(after)s::bigint[])
+    RETURNING id, task, status
+), missing AS (
+    SELECT array_agg(a.id ORDER BY a.id) AS ids
+    FROM unnest(%(after)s::bigint[]) AS a(id)
+    WHERE NOT EXISTS (SELECT FROM existing e WHERE e.id = a.id)
+), node AS MATERIALIZED (
+    SELECT n.ord, nextval(pg_get_serial_sequence('{schema}.jobs', 'id')) AS id, n.task, n.queue,
+           n.payload, n.priority, n.run_at, n.delay, n.max_attempts, n.lease, n.metadata,
+           n.flow_key, n.receives, n.on_parent_failure
+    FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(payloads)b::text[]::jsonb[],
+                %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(delays)s::interval[],
+                %(max_attempts)s::integer[], %(leases)s::interval[], %(metadata)s::text[]::jsonb[],
+                %(flow_keys)s::text[], %(receives)s::text[], %(on_parent_failure)s::text[])
+        WITH ORDINALITY AS n(task, queue, payload, priority, run_at, delay, max_attempts, lease,
+                             metadata, flow_key, receives, on_parent_failure, ord)
+    WHERE (SELECT ids FROM missing) IS NULL
+), edge AS MATERIALIZED (
+    SELECT e.child_ord, COALESCE(p.id, e.parent_id) AS parent, e.position,
+           COALESCE(x.status, 'new') AS parent_status,
+           x.id AS failed_id, x.task AS failed_task
+    FROM unnest(%(edge_child)s::integer[], %(edge_parent)s::integer[],
+                %(edge_parent_id)s::bigint[], %(edge_position)s::integer[])
+        AS e(child_ord, parent_ord, parent_id, position)
+    LEFT JOIN node p ON p.ord = e.parent_ord
+    LEFT JOIN existing x ON x.id = e.parent_id
+    WHERE (SELECT ids FROM missing) IS NULL
+), parent_node AS (
+    SELECT DISTINCT parent FROM edge
+), tally AS (
+    SELECT n.ord,
+           count(*) FILTER (
+               WHERE e.parent_status <> 'succeeded'
+                 AND NOT (e.parent_status IN ('dead', 'cancelled') AND n.on_parent_failure = 'run')
+           ) AS waiting,
+           min(format('parent job %%s (%%s) is %%s', e.failed_id, e.failed_task, e.parent_status))
+               FILTER (WHERE e.parent_status IN ('dead', 'cancelled')
+                         AND n.on_parent_failure = 'cancel') AS failure
+    FROM node n LEFT JOIN edge e ON e.child_ord = n.ord
+    GROUP BY n.ord
+), ins AS (
+    INSERT INTO {schema}.jobs (id, task, queue, payload, priority, run_at, max_attempts, lease,
+                               metadata, flow_key, status, parents_left, has_dependents,
+                               on_parent_failure, receives, workflow_id, finished_at, last_error,
+                               error_type)
+    SELECT n.id, n.task, n.queue, n.payload, n.priority,
+           COALESCE(n.run_at, now() + n.delay), n.max_attempts, n.lease, n.metadata, n.flow_key,
+           CASE WHEN t.failure IS NOT NULL THEN 'cancelled'
+                WHEN t.waiting > 0 THEN 'pending' ELSE 'queued' END,
+           CASE WHEN t.failure IS NOT NULL THEN 0 ELSE t.waiting END,
+           pn.parent IS NOT NULL,
+           n.on_parent_failure, n.receives,
+           (SELECT w.id FROM node w WHERE w.ord = %(workflow)s),
+           CASE WHEN t.failure IS NOT NULL THEN now() END,
+           t.failure,
+           CASE WHEN t.failure IS NOT NULL THEN 'ParentFailed' END
+    FROM node n JOIN tally t ON t.ord = n.ord LEFT JOIN parent_node pn ON pn.parent = n.id
+    ORDER BY n.ord
+    RETURNING id, status, queue, run_at
+), deps AS (
+    INSERT INTO {schema}.job_deps (child, parent, position)
+    SELECT c.id, e.parent, e.position FROM edge e JOIN node c ON c.ord = e.child_ord
+), notified AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM ins WHERE status = 'queued' AND run_at <= now()) q
+)
+SELECT n.ord, n.id, i.status, NULL::bigint[] AS missing
+FROM node n JOIN ins i ON i.id = n.id, (SELECT count(*) FROM notified) c
+UNION ALL
+SELECT NULL, NULL, NULL, ids FROM missing WHERE ids IS NOT NULL
+ORDER BY 1;
+
+-- name: job_graph
+-- The graph a job belongs to, for jobs show and the dashboard: every job of its workflow (by
+-- jobs_workflow_idx), or for a job outside one, the job with its parents and children; each
+-- with its parents in order. At most %(limit)s jobs, the first by id.
+WITH start AS (
+    SELECT id, workflow_id FROM {schema}.jobs WHERE id = %(id)s
+), members AS (
+    SELECT j.id FROM {schema}.jobs j JOIN start s ON j.workflow_id = s.workflow_id
+    UNION
+    SELECT id FROM start
+    UNION
+    SELECT d.parent FROM {schema}.job_deps d JOIN start s ON d.child = s.id
+    UNION
+    SELECT d.child FROM {schema}.job_deps d JOIN start s ON d.parent = s.id
+)
+SELECT j.id, j.task, j.status, j.result, j.parents_left, j.workflow_id, j.last_error,
+       ARRAY(SELECT d.parent FROM {schema}.job_deps d WHERE d.child = j.id
+             ORDER BY d.position NULLS FIRST, d.parent) AS parents,
+       (SELECT count(*) FROM members) AS total
+FROM (SELECT id FROM members ORDER BY id LIMIT %(limit)s) m
+JOIN {schema}.jobs j ON j.id = m.id
+ORDER BY j.id;
