@@ -58,7 +58,7 @@ def make_app(url: str) -> cronbase.App:
 def _reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers, cronbase.flow_limits"
+            "TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers, cronbase.flow_limits CASCADE"
         )
 
 

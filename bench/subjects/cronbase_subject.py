@@ -43,7 +43,7 @@ def setup(url: str) -> None:
 
 def reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers")
+        conn.execute("TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers CASCADE")
 
 
 def enqueue_single(url: str, n: int) -> float:
