@@ -14,6 +14,7 @@ from .errors import (
     EffectError,
     EffectInProgress,
     EffectNotFoundError,
+    EventTimeout,
     InvalidNameError,
     JobNotFoundError,
     JobStateError,
@@ -27,6 +28,7 @@ from .errors import (
     WorkerFatalError,
     WorkflowError,
 )
+from .events import EventError
 from .flow import Rate
 from .job import Job, JobAttempt, JobStatus
 from .retry import Backoff
@@ -51,6 +53,8 @@ __all__ = [
     "EffectInProgress",
     "EffectNotFoundError",
     "EffectRecord",
+    "EventError",
+    "EventTimeout",
     "Group",
     "InvalidNameError",
     "Job",

@@ -17,6 +17,7 @@ from .db.database import DEFAULT_POOL_SIZE, Database
 from .db.queries import Queries
 from .effects import Effects
 from .errors import ConfigurationError, PayloadError
+from .events import Events
 from .flow import Rate, TaskFlow
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
@@ -84,6 +85,7 @@ class App:
         self.jobs = Jobs(self.db)
         self.schedules = Schedules(self.db, self.tasks)
         self.effects = Effects(self.db)
+        self.events = Events(self.db, self.hooks)
         self.queues = Queues(self.db)
         self.audit = Audit(self.db)
 

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
@@ -18,6 +18,9 @@ from .job import Payload
 
 if TYPE_CHECKING:
     from .db.database import Database
+    from .durable import Durable
+
+T = TypeVar("T")
 
 _current: ContextVar[JobContext] = ContextVar("cronbase_current_job")
 
@@ -49,6 +52,8 @@ class JobContext:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _progress: float | None = field(default=None, repr=False)
     _stage: str | None = field(default=None, repr=False)
+    # Steps, sleeps and event waits of this run (durable.py), made on first use.
+    _durable: Durable | None = field(default=None, repr=False)
 
     def set_progress(self, percent: float, stage: str | None = None) -> None:
         """Report progress (0 to 100) and optionally the stage; stored with the next heartbeat.
@@ -147,6 +152,54 @@ class JobContext:
             "snooze_caps": [0],
             "worker": self.worker_id,
         }
+
+    # -- durable handlers (durable.py) ------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` once for this job and store its JSON result: when the
+        job runs again (a crash, a retry, a resume after sleep or wait_for), the step returns
+        the stored result without running. Name each step once per run.
+
+        >>> charge = cronbase.current_job().step("charge", charge_card, invoice_id)  # doctest: +SKIP
+        """
+        return self._steps().step(name, fn, args, kwargs)  # type: ignore[no-any-return]
+
+    async def step_async(
+        self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """The async twin of :meth:`step`; ``fn`` may be a coroutine function."""
+        return await self._steps().step_async(name, fn, args, kwargs)
+
+    def sleep(self, duration: timedelta | float) -> None:
+        """Suspend the job for ``duration``: its worker slot is freed, no lease is held, no
+        attempt is counted; it resumes on any worker, replaying the handler with its finished
+        steps skipped, and this call then returns."""
+        self._steps().sleep(duration)
+
+    async def sleep_async(self, duration: timedelta | float) -> None:
+        await self._steps().sleep_async(duration)
+
+    def wait_for(self, key: str, timeout: timedelta | float | None = None) -> Any:
+        """The payload of the event ``key`` (``app.events.emit``): at once when it was emitted
+        already, else after suspending the job until it is. EventTimeout once ``timeout`` has
+        passed without it (None: wait as long as it takes)."""
+        return self._steps().wait_for(key, timeout)
+
+    async def wait_for_async(
+        self,
+        key: str,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109  # a durable deadline
+    ) -> Any:
+        return await self._steps().wait_for_async(key, timeout)
+
+    def _steps(self) -> Durable:
+        if self._durable is None:
+            from .durable import Durable  # effects.py imports this module
+
+            if self._db is None:
+                raise CronbaseError("step(), sleep() and wait_for() need the job's database")
+            self._durable = Durable(self, self._db)
+        return self._durable
 
     def is_cancelled(self) -> bool:
         """True once this attempt's lease is gone: an operator cancelled or retried the job, or

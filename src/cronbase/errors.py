@@ -62,6 +62,10 @@ class WorkflowError(CronbaseError, ValueError):
     empty chain or group; the message names the problem."""
 
 
+class EventTimeout(CronbaseError, TimeoutError):
+    """``current_job().wait_for(key, timeout=...)``: the event was not emitted in time."""
+
+
 class ScheduleError(CronbaseError, ValueError):
     """An invalid cron expression, time zone or schedule option."""
 

@@ -76,6 +76,10 @@ class Interceptor(Protocol):
 
     async def defer_graph_async(self, graph: Graph, tasks: list[Task[Any, Any]]) -> int: ...
 
+    def emit(self, key: str, payload: Any) -> bool: ...
+
+    async def emit_async(self, key: str, payload: Any) -> bool: ...
+
 
 def _name(func: object) -> str:
     return getattr(func, "__qualname__", None) or repr(func)

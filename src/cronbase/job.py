@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -111,6 +112,8 @@ class Job:
     parents_left: int = 0
     # The workflow (chain, group) the job belongs to: its id; None outside one.
     workflow_id: int | None = None
+    # The event a suspended job waits for (current_job().wait_for); None otherwise.
+    waiting_for: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -150,6 +153,22 @@ class GraphJob:
         return cls(**values)
 
 
+# How many jobs of a graph jobs show and the dashboard read; a level of more than LEVEL_LISTED
+# jobs is summed up.
+GRAPH_LIMIT = 10_000
+LEVEL_LISTED = 8
+
+
+@dataclass(frozen=True)
+class GraphLevel:
+    """One level of a drawn graph: its jobs (when few), else how many of each status."""
+
+    jobs: list[GraphJob]
+    size: int
+    tasks: list[str]
+    counts: list[tuple[JobStatus, int]]
+
+
 @dataclass(frozen=True)
 class JobGraph:
     """The jobs of a workflow (or a job with its parents and children), parents first."""
@@ -172,6 +191,22 @@ class JobGraph:
         for job in self.jobs:
             levels[depth[job.id]].append(job)
         return levels
+
+    def shown(self, listed: int = LEVEL_LISTED) -> list[GraphLevel]:
+        """The levels as jobs show and the dashboard draw them: a level of at most ``listed``
+        jobs one by one, a longer one (a group's members) counted by task and status."""
+        out = []
+        for level in self.levels():
+            counts = Counter(job.status for job in level)
+            out.append(
+                GraphLevel(
+                    jobs=level if len(level) <= listed else [],
+                    size=len(level),
+                    tasks=sorted({job.task for job in level}),
+                    counts=sorted(counts.items()),
+                )
+            )
+        return out
 
     def to_json(self) -> dict[str, JSONValue]:
         return {

@@ -12,7 +12,7 @@ import logging
 import zlib
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import CronbaseError
 from .job import JobStatus
@@ -35,6 +35,9 @@ class Retention:
     succeeded: timedelta | None = timedelta(days=7)
     cancelled: timedelta | None = timedelta(days=7)
     dead: timedelta | None = timedelta(days=30)
+    # Emitted events (app.events.emit): a handler that starts waiting for one after it was
+    # pruned waits for a new emission.
+    events: timedelta | None = timedelta(days=30)
     interval: timedelta = timedelta(minutes=5)  # how often a worker looks
 
     def rules(self) -> list[tuple[list[str], timedelta]]:
@@ -86,26 +89,38 @@ async def prune_once(pool: AsyncConnectionPool, db: Database, retention: Retenti
     prune at once, and a round through a transaction pooler needs no session state.
     """
     removed = 0
+    key = lock_key(db.schema)
     for statuses, age in retention.rules():
-        params = {
-            "key": lock_key(db.schema),
-            "statuses": statuses,
-            "older_than": age,
-            "limit": PRUNE_BATCH,
-        }
-        while True:
-            async with pool.connection() as conn:
-                cur = await conn.execute(db.queries.prune_jobs_exclusive, params)
-                locked, n = await cur.fetchone() or (False, 0)
-            if not locked:
-                return None
-            removed += n
-            if n < PRUNE_BATCH:
-                break
-            await asyncio.sleep(0)  # let the worker's own statements through
+        params = {"key": key, "statuses": statuses, "older_than": age, "limit": PRUNE_BATCH}
+        n = await _prune_batches(pool, db.queries.prune_jobs_exclusive, params)
+        if n is None:
+            return None
+        removed += n
+    if retention.events is not None:
+        params = {"key": key, "older_than": retention.events, "limit": PRUNE_BATCH}
+        if await _prune_batches(pool, db.queries.prune_events_exclusive, params) is None:
+            return None
     if removed:
         logger.info("retention: pruned %d finished jobs", removed)
     return removed
+
+
+async def _prune_batches(
+    pool: AsyncConnectionPool, query: bytes, params: dict[str, Any]
+) -> int | None:
+    """Batches of one retention statement until one deletes less than a batch; None when
+    another worker holds the lock."""
+    removed = 0
+    while True:
+        async with pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            locked, n = await cur.fetchone() or (False, 0)
+        if not locked:
+            return None
+        removed += int(n)
+        if n < PRUNE_BATCH:
+            return removed
+        await asyncio.sleep(0)  # let the worker's own statements through
 
 
 async def run_retention(pool: AsyncConnectionPool, db: Database, retention: Retention) -> None:

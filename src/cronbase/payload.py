@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any, cast
 from uuid import UUID
 
-from .errors import PayloadError, ResultError
+from .errors import CronbaseError, PayloadError, ResultError
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 
 # App(json_dumps=...): a payload that passed cronbase's checks, as JSON's own types -> JSON text
@@ -294,7 +294,20 @@ def encode_payload(
 def encode_result(job_id: int, task: str, value: object, max_bytes: int) -> str:
     """JSON text of a handler's return value (the types a payload may hold); ResultError naming
     the job, the task and what is wrong when it cannot be stored or is over ``max_bytes``."""
-    prefix = f"job {job_id} (task {task!r}): its result"
+    return encode_value(
+        f"job {job_id} (task {task!r}): its result",
+        value,
+        max_bytes,
+        ResultError,
+        "(App(max_result_bytes=...)); store large data elsewhere and return its key",
+    )
+
+
+def encode_value(
+    prefix: str, value: object, max_bytes: int, error: type[CronbaseError], hint: str
+) -> str:
+    """JSON text of any value a payload may hold; ``error`` starting with ``prefix`` when it
+    cannot be stored or is over ``max_bytes`` (``hint`` says what to do then)."""
     try:
         try:
             _check_value(value)
@@ -307,11 +320,10 @@ def encode_result(job_id: int, task: str, value: object, max_bytes: int) -> str:
             if isinstance(exc, _BadValue)
             else f"{type(exc).__name__}: {exc}"
         )
-        raise ResultError(f"{prefix} cannot be stored as JSON: {short(value)}: {why}") from None
+        raise error(f"{prefix} cannot be stored as JSON: {short(value)}: {why}") from None
     if len(text) * 4 > max_bytes and (size := len(text.encode())) > max_bytes:
-        raise ResultError(
-            f"{prefix} is {size:,} bytes of JSON, more than the {max_bytes:,} allowed "
-            "(App(max_result_bytes=...)); store large data elsewhere and return its key"
+        raise error(
+            f"{prefix} is {size:,} bytes of JSON, more than the {max_bytes:,} allowed {hint}"
         )
     return text
 

@@ -30,8 +30,6 @@ from .errors import WorkflowError
 from .graph import ON_PARENT_FAILURE, Graph, Node
 
 if TYPE_CHECKING:
-    import psycopg
-
     from .client import JobOptions
     from .connections import CallerConnection
     from .db.database import Database
@@ -171,7 +169,7 @@ class _Workflow:
         interceptor = tasks[0].hooks.interceptor
         if interceptor is not None:
             return int(interceptor.defer_graph(graph, tasks))
-        caller = None if self.connection is None else _sync(self.connection)
+        caller = None if self.connection is None else sync_connection(self.connection)
         ids = defer_graph_sync(self._database(tasks), graph, caller)
         return ids[graph.workflow - 1] if graph.workflow else ids[0]
 
@@ -183,14 +181,6 @@ class _Workflow:
         caller = None if self.connection is None else await async_connection(self.connection)
         ids = await defer_graph_async(self._database(tasks), graph, caller)
         return ids[graph.workflow - 1] if graph.workflow else ids[0]
-
-
-def _sync(connection: object) -> psycopg.Connection[Any]:
-    import psycopg
-
-    if isinstance(connection, psycopg.Connection):
-        return connection
-    return sync_connection(connection)
 
 
 def _link(graph: Graph, before: _Part, after: _Part) -> None:

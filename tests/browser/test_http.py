@@ -418,3 +418,31 @@ def test_the_job_page_shows_the_result(
     assert "snoozed 3 times" in page
     assert '<pre class="payload" id="job-result">' in page
     assert "&lt;msg-1&gt;" in page  # escaped
+
+
+def test_the_job_page_draws_its_workflow(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    send = test_app.tasks["send_email"]
+    members = [send.s(to=f"u{n}@b.c") for n in range(12)]
+    last = cronbase.chain(send.s(to="first@b.c"), cronbase.group(members), send.s(to="x@b.c"))
+    callback = last.defer()
+    first = callback - 13
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'succeeded', finished_at = now(), result = '\"ok\"' "
+        "WHERE id = %s",
+        (first,),
+    )
+    page = client.get(f"/jobs/{callback}").text
+    assert f"Workflow {callback}" in page
+    assert "14 jobs" in page
+    # The first level one by one (with its result), the group of 12 summed up, then the callback
+    # (pending on all 12 members), marked as the page's own job.
+    assert f'data-job="{first}"' in page
+    assert '<code>"ok"</code>' in page
+    assert "12 jobs of send_email:" in page
+    assert "waits for 12 of 12" in page
+    assert 'class="node current"' in page
+    actions = page.split('id="job-live"')[0]
+    assert "Retry now" not in actions  # a pending job waits for its parents
+    assert ">Cancel<" in actions

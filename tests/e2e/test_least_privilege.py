@@ -498,9 +498,11 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             " WHERE pronamespace = %s::regnamespace ORDER BY 1",
             [SCHEMA],
         ).fetchall()
-        assert functions == [("parents_results", True), ("resolve_dependents", True)], (
-            f"grant EXECUTE on {functions} in cronbase/db/grants.py"
-        )
+        assert functions == [
+            ("notify_done", True),
+            ("parents_results", True),
+            ("resolve_dependents", True),
+        ], f"grant EXECUTE on {functions} in cronbase/db/grants.py"
         sequences = owner.execute(
             "SELECT c.relname, d.deptype FROM pg_class c"
             " LEFT JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass"

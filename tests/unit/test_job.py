@@ -134,6 +134,7 @@ def job_row(**changes: object) -> dict[str, object]:
         "snoozes": 2,
         "parents_left": 0,
         "workflow_id": None,
+        "waiting_for": None,
     }
     row.update(changes)
     return row

@@ -20,6 +20,8 @@ EXPECTED = [
     "EffectInProgress",
     "EffectNotFoundError",
     "EffectRecord",
+    "EventError",
+    "EventTimeout",
     "Group",
     "InvalidNameError",
     "Job",

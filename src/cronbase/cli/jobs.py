@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from ..admin import requeue_dead
 from ..audit import cli_actor
-from ..job import Job, JobAttempt, JobGraph, JobStatus
+from ..job import GRAPH_LIMIT, Job, JobAttempt, JobGraph, JobStatus
 from .common import STATUS_STYLES, Settings, status_text, when
 from .main import cli
 
@@ -102,11 +101,6 @@ def show_job(settings: Settings, job_id: int, as_json: bool) -> None:
         console.print(attempt_text(attempt))
 
 
-# Jobs of a workflow read for jobs show; a level of more than LEVEL_LIST jobs is summed up.
-GRAPH_LIMIT = 10_000
-LEVEL_LIST = 8
-
-
 def graph_text(graph: JobGraph, current: int) -> Text:
     """The workflow by levels: each job of a short level with its status and result, a long
     level (a group's members) counted by task and status."""
@@ -114,17 +108,15 @@ def graph_text(graph: JobGraph, current: int) -> Text:
     text = Text(f"\n{title}: {graph.total} jobs", style="bold")
     if graph.total > len(graph.jobs):
         text.append(f" (the first {len(graph.jobs)} shown)")
-    for number, level in enumerate(graph.levels(), 1):
+    for number, level in enumerate(graph.shown(), 1):
         text.append(f"\n  {number}. ")
-        if len(level) > LEVEL_LIST:
-            tasks = ", ".join(sorted({j.task for j in level}))
-            text.append(f"{len(level)} jobs of {tasks}: ")
-            counts = Counter(j.status for j in level)
-            for n, (status, count) in enumerate(sorted(counts.items())):
+        if not level.jobs:
+            text.append(f"{level.size} jobs of {', '.join(level.tasks)}: ")
+            for n, (status, count) in enumerate(level.counts):
                 text.append(", " if n else "")
                 text.append(f"{count} {status.value}", style=STATUS_STYLES[status])
             continue
-        for n, job in enumerate(level):
+        for n, job in enumerate(level.jobs):
             text.append("\n     " if n else "")
             marker = "> " if job.id == current else ""
             text.append(f"{marker}#{job.id} {job.task} ", style="bold" if marker else "")
@@ -169,6 +161,7 @@ def job_details(job: Job) -> Table:
         ("dedupe key", Text(job.dedupe_key or "")),
         ("progress", "" if job.progress is None else f"{job.progress:.0f}%"),
         ("stage", Text(job.stage or "")),
+        ("waiting for", Text(f"event {job.waiting_for}" if job.waiting_for else "")),
         ("last error", Text(job.last_error or "", style="red")),
     ]
     for name, value in rows:

@@ -17,7 +17,7 @@ from .. import admin
 from ..app import App
 from ..effects import STATUSES as EFFECT_STATUSES
 from ..errors import JobNotFoundError
-from ..job import JobStatus
+from ..job import GRAPH_LIMIT, JobStatus
 from ..metrics import database_registry
 from . import filters
 from .charts import throughput_svg
@@ -160,13 +160,16 @@ class Pages:
                     "trimmed": trimmed,
                 }
             )
+        graph = await self.app.jobs.graph_async(job_id, limit=GRAPH_LIMIT)
         context = {
             "section": "jobs",
             "job": job,
             "attempts": shown,
-            "can_retry": job.status is not JobStatus.RUNNING,
-            "can_cancel": job.status in (JobStatus.QUEUED, JobStatus.FAILED, JobStatus.RUNNING),
+            "can_retry": job.status not in (JobStatus.RUNNING, JobStatus.PENDING),
+            "can_cancel": job.status
+            in (JobStatus.PENDING, JobStatus.QUEUED, JobStatus.FAILED, JobStatus.RUNNING),
             "now": datetime.now(UTC),
+            "graph": graph if graph.total > 1 else None,
         }
         return self.renderer.page(request, "job.html", context)
 

@@ -73,6 +73,9 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         #   whoever ends the parent). INSERT: insert_graph. No DELETE: pruning a job deletes
         #   its rows by the foreign keys' cascade, as the owner.
         "job_deps": ("SELECT", "INSERT"),
+        # SELECT: get_event (wait_for), suspend_jobs (is the event there?). INSERT: emit_event.
+        #   DELETE: prune_events (retention).
+        "events": ("SELECT", "INSERT", "DELETE"),
     }
 )
 # Sequences a statement calls nextval() on: insert_graph draws a workflow's ids up front, so its
@@ -84,8 +87,9 @@ SEQUENCE_PRIVILEGES: Mapping[str, tuple[Literal["USAGE"], ...]] = MappingProxyTy
 # - other sequences: job_attempts and audit_log ids are identity columns, whose sequences an
 #   INSERT advances without any privilege on them (the test checks no other sequence exists);
 # - functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
-#   pg_try_advisory_xact_lock...) and the schema's parents_results and resolve_dependents
-#   (migration 0012), which PUBLIC may execute, as it may any new function (the test checks);
+#   pg_try_advisory_xact_lock...) and the schema's parents_results, resolve_dependents and
+#   notify_done (migrations 0012, 0013), which PUBLIC may execute, as it may any new function
+#   (the test checks);
 # - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;
 # - ALTER DEFAULT PRIVILEGES: a migration that adds a table is followed by an explicit
 #   `cronbase grants ROLE --apply` (it is idempotent).

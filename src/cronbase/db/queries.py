@@ -132,6 +132,12 @@ class Queries:
     prune_flow_logs: bytes
     insert_graph: bytes
     job_graph: bytes
+    lock_event_keys: bytes
+    suspend_jobs: bytes
+    lock_event_key: bytes
+    emit_event: bytes
+    get_event: bytes
+    prune_events_exclusive: bytes
 
     templates: ClassVar[dict[str, str]]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import itertools
 import json
 import threading
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..client import encode_metadata
 from ..context import JobContext, set_current
+from ..durable import Durable, Suspend, check_seconds, check_wait, step_value
 from ..errors import Cancel, CronbaseError, ResultError, Snooze, WorkflowError
 from ..hooks import DeferCall
 from ..job import JobStatus, JSONValue, Payload, outcome_status
@@ -63,6 +65,11 @@ class InlineJob:
     # The last progress the handler reported with current_job().set_progress().
     progress: float | None = field(default=None, repr=False)
     stage: str | None = field(default=None, repr=False)
+    # Finished steps (current_job().step) by name, and the event a suspended job waits for.
+    steps: dict[str, Any] = field(default_factory=dict, repr=False)
+    waiting_for: str | None = field(default=None, repr=False)
+    # What runs it again when its event is emitted.
+    _rerun: tuple[Task[Any, Any], dict[str, Any]] | None = field(default=None, repr=False)
 
 
 def _parents_state(parents: list[InlineJob], on_parent_failure: str) -> str:
@@ -75,8 +82,69 @@ def _parents_state(parents: list[InlineJob], on_parent_failure: str) -> str:
     return "run" if all(p.status in final for p in parents) else "wait"
 
 
+class InlineDurable(Durable):
+    """step / sleep / wait_for in inline mode: steps kept on the InlineJob (a retry skips the
+    finished ones), sleeps return at once (no time passes in inline mode), wait_for returns an
+    event emitted in the block or suspends the job until ``app.events.emit`` runs it again."""
+
+    def __init__(self, context: JobContext, job: InlineJob, run: InlineRun) -> None:
+        self.context = context
+        self.job = job
+        self.run = run
+        self.names = set()
+        self.sleeps = 0
+
+    def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        self._claim_name(name)
+        if name not in self.job.steps:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise WorkflowError(f"step {name!r}: {fn!r} is async: use await step_async()")
+            self.job.steps[name] = step_value(name, value)
+        return self.job.steps[name]
+
+    async def step_async(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        self._claim_name(name)
+        if name not in self.job.steps:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            self.job.steps[name] = step_value(name, value)
+        return self.job.steps[name]
+
+    def sleep(self, duration: timedelta | float) -> None:
+        check_seconds("sleep()", duration)
+        self.job.steps[self._sleep_name()] = None
+
+    async def sleep_async(self, duration: timedelta | float) -> None:
+        self.sleep(duration)
+
+    def wait_for(self, key: str, timeout: timedelta | float | None) -> Any:
+        check_wait(key, timeout)
+        if key in self.run.events:
+            return self.run.events[key]
+        raise Suspend(None, waiting_for=key)
+
+    async def wait_for_async(
+        self,
+        key: str,
+        timeout: timedelta | float | None,  # noqa: ASYNC109  # as Durable's
+    ) -> Any:
+        return self.wait_for(key, timeout)
+
+
 class InlineJobContext(JobContext):
     """``current_job()`` in inline mode: all of it works but what needs the database."""
+
+    _inline: InlineDurable | None = None
+
+    def _steps(self) -> Durable:
+        assert self._inline is not None
+        return self._inline
 
     def transaction(self) -> NoReturn:
         raise self._no_database("transaction()")
@@ -106,6 +174,8 @@ class InlineRun:
         # as the database's unique index makes it.
         self._keys: dict[str, int] = {}
         self._lock = threading.Lock()
+        # Events emitted in the block (app.events.emit), by key.
+        self.events: dict[str, Any] = {}
 
     def jobs_of(self, task: Task[Any, Any] | str) -> list[InlineJob]:
         """The jobs of one task (a Task or its name), in the order deferred."""
@@ -307,6 +377,9 @@ class InlineRun:
         try:
             job.result = task.hooks.call(context, task.func, kwargs)
             _check_result(task, job)
+        except Suspend as suspended:
+            self._suspended(task, job, kwargs, context, suspended, started)
+            return None
         except Exception as exc:
             return self._end(task, job, context, exc, started)
         return self._end(task, job, context, None, started)
@@ -325,9 +398,54 @@ class InlineRun:
                 # context, so current_job() works there), never blocking the caller's loop.
                 job.result = await asyncio.to_thread(task.hooks.call, context, task.func, kwargs)
             _check_result(task, job)
+        except Suspend as suspended:
+            self._suspended(task, job, kwargs, context, suspended, started)
+            return None
         except Exception as exc:
             return self._end(task, job, context, exc, started)
         return self._end(task, job, context, None, started)
+
+    def _suspended(
+        self,
+        task: Task[Any, Any],
+        job: InlineJob,
+        kwargs: dict[str, Any],
+        context: InlineJobContext,
+        suspended: Suspend,
+        started: float,
+    ) -> None:
+        """wait_for an event not emitted yet: queued, the attempt not counted, run again by
+        the emit (inline sleeps never suspend)."""
+        job.status = JobStatus.QUEUED
+        job.attempts -= 1
+        job.waiting_for = suspended.waiting_for
+        job._rerun = (task, kwargs)
+        duration = timedelta(seconds=time.monotonic() - started)
+        task.hooks.ended(context, "suspended", None, duration)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def emit(self, key: str, payload: Any) -> bool:
+        """app.events.emit in inline mode: kept (the first emission wins), and the jobs
+        waiting for it run again now."""
+        __tracebackhide__ = True
+        if key in self.events:
+            return False
+        self.events[key] = json.loads(json.dumps(payload))
+        for job in [j for j in self.jobs if j.waiting_for == key and j._rerun is not None]:
+            task, kwargs = job._rerun  # type: ignore[misc]
+            self._run(task, job, kwargs)
+        return True
+
+    async def emit_async(self, key: str, payload: Any) -> bool:
+        __tracebackhide__ = True
+        if key in self.events:
+            return False
+        self.events[key] = json.loads(json.dumps(payload))
+        for job in [j for j in self.jobs if j.waiting_for == key and j._rerun is not None]:
+            task, kwargs = job._rerun  # type: ignore[misc]
+            await self._run_async(task, job, kwargs)
+        return True
 
     def _start(self, task: Task[Any, Any], job: InlineJob) -> InlineJobContext:
         job.attempts += 1
@@ -342,6 +460,8 @@ class InlineRun:
             payload=job.payload,
             metadata=job.metadata,
         )
+        context._inline = InlineDurable(context, job, self)
+        job.waiting_for = None
         set_current(context)
         task.hooks.started(context)
         return context

@@ -203,7 +203,8 @@ class Completer:
             self._report(batch, dict.fromkeys(written_ids, "succeeded"))
             return
         released = [o for o in batch if o.outcome == "released"]
-        finished = [o for o in batch if o.outcome != "released"] if released else batch
+        suspended = [o for o in batch if o.outcome == "suspended"]
+        finished = [o for o in batch if o.outcome not in ("released", "suspended")]
         written: dict[int, str] = {}
         async with self._pool.connection() as conn:
             if finished:
@@ -213,7 +214,31 @@ class Completer:
             if released:
                 cur = await conn.execute(self._queries.release_jobs, self._release(released))
                 written.update(dict.fromkeys((row[0] for row in await cur.fetchall()), "queued"))
+            if suspended:
+                written.update(await self._suspend(conn, suspended))
         self._report(batch, written)
+
+    async def _suspend(self, conn: Any, suspended: list[Outcome]) -> dict[int, str]:
+        """Write sleeping and event-waiting jobs back as queued (suspend_jobs), after trying
+        the locks of the events they wait for, in one transaction (see lock_event_keys)."""
+        q = self._queries
+        keys = sorted({o.waiting_for for o in suspended if o.waiting_for is not None})
+        async with conn.transaction():
+            locked: dict[str, bool] = {}
+            if keys:
+                cur = await conn.execute(q.lock_event_keys, {"schema": q.schema, "keys": keys})
+                locked = {key: bool(got) for key, got in await cur.fetchall()}
+            params = {
+                "ids": [o.job.id for o in suspended],
+                "tokens": [o.job.lease_token for o in suspended],
+                "wake_in": [o.wake_in for o in suspended],
+                "waiting_for": [o.waiting_for for o in suspended],
+                "locked": [locked.get(o.waiting_for or "", True) for o in suspended],
+                "worker": self._worker_id,
+                "channel": q.channel,
+            }
+            cur = await conn.execute(q.suspend_jobs, params)
+            return {row[0]: row[1] for row in await cur.fetchall()}
 
     def _release(self, released: list[Outcome]) -> dict[str, Any]:
         return {
@@ -253,6 +278,15 @@ class Completer:
                     o.retry_in,
                     o.job.attempt,
                     extra=event_fields(o, "snoozed"),
+                )
+            elif o.outcome == "suspended" and status == "queued":
+                logger.info(
+                    "job %d suspended: task=%s, waits for %s (attempt %d not counted)",
+                    o.job.id,
+                    o.job.task,
+                    f"event {o.waiting_for!r}" if o.waiting_for else f"{o.wake_in:.3g}s",
+                    o.job.attempt,
+                    extra=event_fields(o, "suspended"),
                 )
             elif status == "cancelled":
                 logger.warning(

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
+from ..durable import Suspend
 from ..errors import (
     Cancel,
     DatabaseUnavailableError,
@@ -45,7 +46,8 @@ class Outcome:
     """What one attempt came to; fed to finish_jobs in batches."""
 
     job: ClaimedJob
-    # 'succeeded' | 'failed' | 'dead' | 'cancelled' | 'snoozed' | 'released' | 'lost'
+    # 'succeeded' | 'failed' | 'dead' | 'cancelled' | 'snoozed' | 'suspended' | 'released'
+    # | 'lost'
     outcome: str
     retry_in: float = 0.0
     error: str | None = None
@@ -59,6 +61,10 @@ class Outcome:
     exception: BaseException | None = None
     # A snooze: how many snoozes the task allows (past them finish_jobs makes the job dead).
     snooze_cap: int = 0
+    # A suspension (sleep, wait_for): seconds until it wakes (None: only an event wakes it),
+    # and the event key it waits for.
+    wake_in: float | None = None
+    waiting_for: str | None = None
 
 
 def _trim(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -210,6 +216,15 @@ async def _attempt(
             retry_in=_retry_in(task, job),
             give_up=False,
             duration=time.monotonic() - started,
+        )
+    except Suspend as exc:
+        # sleep() or wait_for(): not an attempt that ended, a pause; the job runs again later.
+        return Outcome(
+            job=job,
+            outcome="suspended",
+            duration=time.monotonic() - started,
+            wake_in=exc.wake_in,
+            waiting_for=exc.waiting_for,
         )
     except (Snooze, Cancel) as exc:
         if not job.context.completed:

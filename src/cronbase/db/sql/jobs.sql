@@ -141,8 +141,8 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- The arrays are sent in binary (%(name)b): psycopg's text dump of a list runs a regex per
 -- element, ~8% of a drain's worker CPU; binary is 4x cheaper. %(done_results)s holds each
 -- success's result as JSON text, or is NULL when none returned anything (unnest pads it).
--- A success someone waits for (wait_notify, set by app.jobs.wait) is announced on
--- {done_channel}: one NOTIFY with the ids, none at all in a drain nobody waits on.
+-- A success someone waits for (wait_notify, set by app.jobs.wait) is announced by the
+-- jobs_notify_done trigger (migration 0013); a drain nobody waits on sends no NOTIFY.
 WITH finished AS (
     UPDATE {schema}.jobs j
     SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
@@ -150,10 +150,7 @@ WITH finished AS (
     FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
         AS o(id, token, result)
     WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id, j.wait_notify
-), done AS (
-    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM finished
-    WHERE wait_notify HAVING count(*) > 0
+    RETURNING j.id
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now()
@@ -179,8 +176,7 @@ SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, 
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT array_agg(id) FROM finished)
-FROM (SELECT count(*) FROM done) d;
+       (SELECT array_agg(id) FROM finished);
 
 -- name: claim_jobs_in_queues
 -- As claim_jobs, restricted to the worker's queues (uses jobs_queue_due_idx).
@@ -191,10 +187,7 @@ WITH finished AS (
     FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
         AS o(id, token, result)
     WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id, j.wait_notify
-), done AS (
-    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM finished
-    WHERE wait_notify HAVING count(*) > 0
+    RETURNING j.id
 ), due AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now() AND queue = ANY (%(queues)s::text[])
@@ -220,8 +213,7 @@ SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, 
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT array_agg(id) FROM finished)
-FROM (SELECT count(*) FROM done) d;
+       (SELECT array_agg(id) FROM finished);
 
 -- name: finish_jobs
 -- Record the outcomes of many attempts in one statement, and a history row per attempt that did
@@ -282,7 +274,7 @@ WITH outcome AS (
         locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM outcome o
     WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at, j.wait_notify, j.last_error,
+    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at, j.last_error,
               j.error_type, o.snoozing, o.error, o.error_type AS given_type, o.traceback
 ), history AS (
     INSERT INTO {schema}.job_attempts
@@ -296,11 +288,8 @@ WITH outcome AS (
            traceback
     FROM finished
     WHERE status <> 'succeeded'
-), done AS (
-    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM finished
-    WHERE wait_notify AND status IN ('succeeded', 'dead', 'cancelled') HAVING count(*) > 0
 )
-SELECT id, status, run_at FROM finished, (SELECT count(*) FROM done) d;
+SELECT id, status, run_at FROM finished;
 
 -- name: heartbeat_jobs
 -- Extend the leases of the attempts a worker still holds, store their progress, and mark the
@@ -385,8 +374,7 @@ WITH expired AS MATERIALIZED (
         locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM expired e
     WHERE j.id = e.id
-    RETURNING j.id, j.queue, j.status, j.attempts, j.started_at, j.last_error, e.locked_by,
-              j.wait_notify
+    RETURNING j.id, j.queue, j.status, j.attempts, j.started_at, j.last_error, e.locked_by
 ), history AS (
     INSERT INTO {schema}.job_attempts
         (job_id, attempt, worker, started_at, outcome, error, error_type)
@@ -394,12 +382,8 @@ WITH expired AS MATERIALIZED (
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue)
     FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'failed') q
-), done AS (
-    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM reaped
-    WHERE wait_notify AND status = 'dead' HAVING count(*) > 0
 )
-SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n,
-       (SELECT count(*) FROM done) d;
+SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
 
 -- name: limit_idle_transaction
 -- In transaction(), just before finish_jobs: from then until COMMIT the job's row is locked, out
@@ -485,11 +469,8 @@ WITH target AS (
            'Cancelled'
     FROM target t JOIN cancelled c ON c.id = t.id
     WHERE t.status = 'running'
-), done AS (
-    SELECT pg_notify({done_channel}, string_agg(id::text, ',')) FROM cancelled
-    WHERE wait_notify HAVING count(*) > 0
 )
-SELECT c.* FROM cancelled c, (SELECT count(*) FROM done) d;
+SELECT c.* FROM cancelled c;
 
 -- name: count_jobs_by_status
 -- Counts per queue and status, for the CLI and the demo.

@@ -164,3 +164,19 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
        OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s)
 ORDER BY id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: prune_events_exclusive
+-- One retention batch of emitted events older than %(older_than)s, under the same lock as
+-- prune_jobs_exclusive (one pruner at a time; no FOR UPDATE: nothing else updates an event, and
+-- the DELETE locks its rows). Rows: whether the lock was had, how many went.
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
+), doomed AS (
+    SELECT key FROM {schema}.events
+    WHERE (SELECT got FROM lock) AND emitted_at < now() - %(older_than)s::interval
+    ORDER BY emitted_at
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {schema}.events e USING doomed d WHERE e.key = d.key RETURNING 1
+)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;

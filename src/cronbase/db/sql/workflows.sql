@@ -111,3 +111,76 @@ SELECT j.id, j.task, j.status, j.result, j.parents_left, j.workflow_id, j.last_e
 FROM (SELECT id FROM members ORDER BY id LIMIT %(limit)s) m
 JOIN {schema}.jobs j ON j.id = m.id
 ORDER BY j.id;
+
+-- name: lock_event_keys
+-- Before suspend_jobs, in its transaction: try the advisory lock of each event key the jobs
+-- will wait for. emit_event holds the same lock while it records the event and wakes the
+-- waiters, so either it committed before our next statement reads the events (which then sees
+-- the event), or it waits for our commit (and its wake-up then sees our waiting job). A key
+-- being emitted right now (not locked here) is looked at again a second later.
+SELECT k AS key,
+       pg_try_advisory_xact_lock(hashtextextended('cronbase:' || %(schema)s || ':event:' || k, 0))
+           AS locked
+FROM unnest(%(keys)s::text[]) AS k;
+
+-- name: suspend_jobs
+-- Suspend attempts that slept or waited for an event: queued again at the wake-up time (the
+-- attempt not counted, the lease and slot given back), fenced by the lease token. A job waiting
+-- for an event already emitted is due at once; one with no timeout waits until 9999 (psycopg
+-- cannot read 'infinity' as a datetime). A history row says what it waits for.
+WITH o AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(wake_in)s::float8[],
+                         %(waiting_for)s::text[], %(locked)s::boolean[])
+        AS o(id, token, wake_in, waiting_for, locked)
+), suspended AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', attempts = j.attempts - 1, waiting_for = o.waiting_for,
+        run_at = CASE
+            WHEN o.waiting_for IS NOT NULL
+                 AND EXISTS (SELECT FROM {schema}.events e WHERE e.key = o.waiting_for)
+                THEN now()
+            WHEN o.waiting_for IS NOT NULL AND NOT o.locked
+                THEN now() + least(interval '1 second',
+                                   COALESCE(make_interval(secs => o.wake_in), interval '1 second'))
+            WHEN o.wake_in IS NULL THEN timestamptz '9999-12-31 00:00:00+00'
+            ELSE now() + make_interval(secs => greatest(o.wake_in, 0)) END,
+        locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
+    FROM o
+    WHERE j.id = o.id AND j.lease_token = o.token
+    RETURNING j.id, j.attempts, j.started_at, j.run_at, j.queue, j.waiting_for
+), history AS (
+    INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, outcome, error)
+    SELECT id, attempts + 1, %(worker)s, started_at, 'suspended',
+           CASE WHEN waiting_for IS NOT NULL THEN format('waiting for event %%s', waiting_for)
+                ELSE format('sleeping until %%s', run_at) END
+    FROM suspended
+), notified AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM suspended WHERE run_at <= now()) q
+)
+SELECT s.id, 'queued' AS status FROM suspended s, (SELECT count(*) FROM notified) n;
+
+-- name: lock_event_key
+-- emit_event's first statement (see lock_event_keys), held until the emitting transaction ends.
+SELECT pg_advisory_xact_lock(hashtextextended('cronbase:' || %(schema)s || ':event:' || %(key)s, 0));
+
+-- name: emit_event
+-- Record an event (the first emission of a key is kept; later ones change nothing) and wake the
+-- jobs suspended waiting for it: due now, and a NOTIFY per queue.
+WITH ins AS (
+    INSERT INTO {schema}.events (key, payload) VALUES (%(key)s, %(payload)s::jsonb)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key
+), woken AS (
+    UPDATE {schema}.jobs j
+    SET run_at = now(), waiting_for = NULL, updated_at = now()
+    WHERE j.waiting_for = %(key)s AND j.status = 'queued'
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) q
+)
+SELECT (SELECT count(*) FROM ins) AS emitted, (SELECT count(*) FROM woken) AS woken,
+       (SELECT count(*) FROM notified) AS notified;
+
+-- name: get_event
+SELECT key, payload, emitted_at FROM {schema}.events WHERE key = %(key)s;
