@@ -5,6 +5,7 @@ its rows; client.py runs it, workflow.py (chains, groups) and ``configure(after=
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -65,6 +66,15 @@ class Graph:
     def add(self, node: Node) -> int:
         self.nodes.append(node)
         return len(self.nodes)
+
+    def payloads(self) -> list[Payload]:
+        return [node.payload for node in self.nodes]
+
+    def set_metadata(self, metadata: dict[str, Any] | None) -> None:
+        """Every job stores this (the defer middleware's metadata: a trace context...)."""
+        stored = None if metadata is None else json.dumps(metadata, separators=(",", ":"))
+        for node in self.nodes:
+            node.metadata = stored
 
     def link(self, child: int, parent: int, position: int | None) -> None:
         self.edges.append((child, parent, None, position))

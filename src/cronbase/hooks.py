@@ -17,12 +17,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .client import (
+    defer_graph_async,
+    defer_graph_sync,
     defer_many_async,
     defer_many_sync,
     defer_one_async,
     defer_one_sync,
     encode_metadata,
 )
+from .connections import async_connection, sync_connection
 from .errors import CronbaseError
 
 if TYPE_CHECKING:
@@ -230,6 +233,33 @@ class Hooks:
                     db, task.name, options, payloads[0], connection, metadata
                 )
                 ids = [job_id]
+            call.ids[:] = ids
+        return ids
+
+    def defer_graph(
+        self, db: Database, graph: Graph, tasks: list[Task[Any, Any]], connection: object | None
+    ) -> list[int]:
+        """A chain or group through the defer middleware: one call for the whole graph (its
+        first job's task and queue, every payload), whose metadata every job stores; on the
+        connection a connection source gives (Django's), as a single defer would be."""
+        connection = self._connection(connection)
+        call = DeferCall(tasks[0].name, graph.nodes[0].options.queue, graph.payloads())
+        with self.around_defer(call):
+            graph.set_metadata(_stored_metadata(call))
+            caller = None if connection is None else sync_connection(connection)
+            ids = defer_graph_sync(db, graph, caller)
+            call.ids[:] = ids
+        return ids
+
+    async def defer_graph_async(
+        self, db: Database, graph: Graph, tasks: list[Task[Any, Any]], connection: object | None
+    ) -> list[int]:
+        """The async twin of :meth:`defer_graph` (connection sources are sync: not asked)."""
+        call = DeferCall(tasks[0].name, graph.nodes[0].options.queue, graph.payloads())
+        with self.around_defer(call):
+            graph.set_metadata(_stored_metadata(call))
+            caller = None if connection is None else await async_connection(connection)
+            ids = await defer_graph_async(db, graph, caller)
             call.ids[:] = ids
         return ids
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from .client import defer_graph_async, defer_graph_sync
-from .connections import async_connection, sync_connection
 from .errors import WorkflowError
 from .graph import ON_PARENT_FAILURE, Graph, Node
 
@@ -166,20 +164,19 @@ class _Workflow:
     def defer(self) -> int:
         """Insert the whole workflow atomically; returns its id (see the module docstring)."""
         graph, tasks = self.graph()
-        interceptor = tasks[0].hooks.interceptor
-        if interceptor is not None:
-            return int(interceptor.defer_graph(graph, tasks))
-        caller = None if self.connection is None else sync_connection(self.connection)
-        ids = defer_graph_sync(self._database(tasks), graph, caller)
+        hooks = tasks[0].hooks
+        if hooks.interceptor is not None:
+            return int(hooks.interceptor.defer_graph(graph, tasks))
+        ids = hooks.defer_graph(self._database(tasks), graph, tasks, self.connection)
         return ids[graph.workflow - 1] if graph.workflow else ids[0]
 
     async def defer_async(self) -> int:
         graph, tasks = self.graph()
-        interceptor = tasks[0].hooks.interceptor
-        if interceptor is not None:
-            return int(await interceptor.defer_graph_async(graph, tasks))
-        caller = None if self.connection is None else await async_connection(self.connection)
-        ids = await defer_graph_async(self._database(tasks), graph, caller)
+        hooks = tasks[0].hooks
+        if hooks.interceptor is not None:
+            return int(await hooks.interceptor.defer_graph_async(graph, tasks))
+        database = self._database(tasks)
+        ids = await hooks.defer_graph_async(database, graph, tasks, self.connection)
         return ids[graph.workflow - 1] if graph.workflow else ids[0]
 
 

@@ -3,12 +3,15 @@ in order, the workflow's id, atomic defers, bad graphs refused; and the same in 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 import cronbase
+import cronbase.hooks
 from cronbase import JobStatus as S
 from cronbase.testing import inline
 
@@ -230,3 +233,33 @@ def test_inline_mode_runs_workflows_in_order(app: cronbase.App) -> None:
         )
         assert run.job(callback).status is S.CANCELLED
     assert app.jobs.list() == []  # nothing reached the database
+
+
+def test_a_workflow_goes_through_the_defer_middleware_and_connection_sources(
+    app: cronbase.App, database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    """As a single defer does: the middleware's metadata (a trace context) on every job, and
+    the connection a source gives (Django's, in the integration) used for the insert."""
+    t = register(app)
+    calls: list[tuple[str, int]] = []
+
+    @contextlib.contextmanager
+    def trace(call: cronbase.hooks.DeferCall) -> Iterator[None]:
+        call.metadata["trace"] = "abc"
+        yield
+        calls.append((call.task, len(call.ids)))
+
+    app.hooks.defer_middleware.append(trace)
+    with psycopg.connect(database_url) as conn:
+        app.hooks.connection_sources.append(lambda: conn)
+        cronbase.chain(t["double"].s(n=1), t["add"].s()).defer()
+        conn.rollback()  # the source's transaction: the workflow goes with it
+        assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+        job_id = cronbase.chain(t["double"].s(n=1), t["add"].s()).defer()
+        conn.commit()
+    assert calls == [("double", 2), ("double", 2)]
+    rows = db.execute("SELECT metadata FROM cronbase.jobs ORDER BY id").fetchall()
+    assert rows == [({"trace": "abc"},), ({"trace": "abc"},)]
+    app.hooks.connection_sources.clear()
+    drain(app)
+    assert app.jobs.get(job_id).result == 3
