@@ -66,6 +66,38 @@ async def search_jobs_async(
     return [Job.from_row(r) for r in await db.fetch_all_async(db.queries.search_jobs, params)]
 
 
+def _scheduled_params(
+    queue: str | None, task: str | None, limit: int, offset: int
+) -> dict[str, Any]:
+    return {"queue": queue, "task": task, "limit": limit, "offset": offset}
+
+
+def scheduled_jobs(
+    db: Database,
+    *,
+    queue: str | None = None,
+    task: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Job]:
+    """Queued jobs whose run_at is still ahead, soonest first (the Scheduled view)."""
+    params = _scheduled_params(queue, task, limit, offset)
+    return [Job.from_row(r) for r in db.fetch_all(db.queries.list_scheduled_jobs, params)]
+
+
+async def scheduled_jobs_async(
+    db: Database,
+    *,
+    queue: str | None = None,
+    task: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Job]:
+    params = _scheduled_params(queue, task, limit, offset)
+    rows = await db.fetch_all_async(db.queries.list_scheduled_jobs, params)
+    return [Job.from_row(r) for r in rows]
+
+
 def long_running(
     db: Database, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100
 ) -> list[Job]:

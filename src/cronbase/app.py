@@ -18,6 +18,7 @@ from .db.queries import Queries
 from .effects import Effects
 from .errors import ConfigurationError, PayloadError
 from .events import Events
+from .fleet import WorkerInfo, workers, workers_async
 from .flow import Rate, TaskFlow
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
@@ -342,6 +343,14 @@ class App:
 
     async def stats_async(self) -> Overview:
         return await overview_async(self.db)
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every registered worker (the live ones first): host, pid, queues, tasks, busy slots
+        of its concurrency, last heartbeat, the jobs in its hands."""
+        return workers(self.db)
+
+    async def workers_async(self) -> list[WorkerInfo]:
+        return await workers_async(self.db)
 
     def unserved_jobs(self) -> list[UnservedJobs]:
         """Due jobs, by task and queue, that no live worker will claim (none registers the task)."""

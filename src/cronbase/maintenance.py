@@ -82,6 +82,13 @@ def prune(
                 return removed
 
 
+def count_prunable(db: Database, older_than: timedelta, statuses: list[str]) -> dict[str, int]:
+    """What :func:`prune` would delete, by status (nothing is deleted)."""
+    check_statuses(statuses)
+    params = {"statuses": statuses, "older_than": older_than}
+    return {r["status"]: int(r["n"]) for r in db.fetch_all(db.queries.count_prunable, params)}
+
+
 async def prune_once(pool: AsyncConnectionPool, db: Database, retention: Retention) -> int | None:
     """One worker's retention round; None when another worker holds the lock.
 

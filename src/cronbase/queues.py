@@ -54,14 +54,14 @@ def _check(name: str) -> None:
     check_name("queue", name)
 
 
-def _limit_params(name: str, max_running: int | None) -> dict[str, object]:
+def limit_params(name: str, max_running: int | None) -> dict[str, object]:
     _check(name)
     if max_running is not None:
         check_limit(f"queue {name!r} limit", max_running)
     return {"name": name, "max_running": max_running}
 
 
-def _rate_params(name: str, rate: str | Rate | None) -> dict[str, object]:
+def rate_params(name: str, rate: str | Rate | None) -> dict[str, object]:
     _check(name)
     parsed = None if rate is None else parse_rate(rate, f"queue {name!r} rate")
     return {
@@ -103,12 +103,12 @@ class Queues:
     def set_limit(self, name: str, max_running: int | None) -> QueueState:
         """At most ``max_running`` running jobs of queue ``name`` across all workers (None: no
         limit)."""
-        row = self.db.fetch_one(self.db.queries.set_queue_limit, _limit_params(name, max_running))
+        row = self.db.fetch_one(self.db.queries.set_queue_limit, limit_params(name, max_running))
         assert row is not None
         return QueueState.from_row(row)
 
     async def set_limit_async(self, name: str, max_running: int | None) -> QueueState:
-        params = _limit_params(name, max_running)
+        params = limit_params(name, max_running)
         row = await self.db.fetch_one_async(self.db.queries.set_queue_limit, params)
         assert row is not None
         return QueueState.from_row(row)
@@ -116,14 +116,12 @@ class Queues:
     def set_rate(self, name: str, rate: str | Rate | None) -> QueueState:
         """At most ``rate`` starts of queue ``name``'s jobs (``"100/minute"``) in any window,
         across all workers (None: no rate limit)."""
-        row = self.db.fetch_one(self.db.queries.set_queue_rate, _rate_params(name, rate))
+        row = self.db.fetch_one(self.db.queries.set_queue_rate, rate_params(name, rate))
         assert row is not None
         return QueueState.from_row(row)
 
     async def set_rate_async(self, name: str, rate: str | Rate | None) -> QueueState:
-        row = await self.db.fetch_one_async(
-            self.db.queries.set_queue_rate, _rate_params(name, rate)
-        )
+        row = await self.db.fetch_one_async(self.db.queries.set_queue_rate, rate_params(name, rate))
         assert row is not None
         return QueueState.from_row(row)
 

@@ -31,10 +31,18 @@ class QueueStats:
     # Fleet-wide limits (app.queues.set_limit / set_rate); None: none.
     max_running: int | None = None
     rate: Rate | None = None
+    # Of the queued jobs, those whose run_at is still ahead (deferred with a delay, snoozed,
+    # sleeping, waiting for an event): counted in counts[QUEUED], not due yet.
+    scheduled: int = 0
 
     @property
     def waiting(self) -> int:
         return self.counts[JobStatus.QUEUED] + self.counts[JobStatus.FAILED]
+
+    @property
+    def due(self) -> int:
+        """Queued jobs due now (run_at reached): what workers can claim."""
+        return self.counts[JobStatus.QUEUED] - self.scheduled
 
     @classmethod
     def from_row(cls, row: Row) -> QueueStats:
@@ -47,6 +55,7 @@ class QueueStats:
             wait_p50=row["wait_p50"],
             wait_p95=row["wait_p95"],
             max_running=row.get("max_running"),
+            scheduled=int(row.get("scheduled") or 0),
             rate=(
                 Rate(row["rate_n"], row["rate_period"])
                 if row.get("rate_n") is not None and row.get("rate_period") is not None
@@ -58,6 +67,8 @@ class QueueStats:
         return {
             "queue": self.queue,
             "counts": {s.value: n for s, n in self.counts.items()},
+            "due": self.due,
+            "scheduled": self.scheduled,
             "is_paused": self.is_paused,
             "oldest_wait_seconds": self.oldest_wait,
             "wait_p50_seconds": self.wait_p50,
@@ -114,10 +125,15 @@ class Overview:
     def totals(self) -> dict[JobStatus, int]:
         return {s: sum(q.counts[s] for q in self.queues) for s in JobStatus}
 
+    @property
+    def scheduled(self) -> int:
+        return sum(q.scheduled for q in self.queues)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "queues": [q.to_json() for q in self.queues],
             "totals": {s.value: n for s, n in self.totals().items()},
+            "scheduled": self.scheduled,
             "unserved": [u.to_json() for u in self.unserved],
             "minutes": [
                 {"start": m.start.isoformat(), "succeeded": m.succeeded, "failed": m.failed}

@@ -183,3 +183,39 @@ def test_a_refused_action_says_why(page: Page, test_app: cronbase.App) -> None:
     test_app.jobs.cancel(job_id)  # meanwhile, someone else cancels it
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#flash .error")).to_contain_text(f"cannot cancel job {job_id}")
+
+
+def test_workers_page_shows_a_live_worker_with_the_job_in_its_hands(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    job_id = test_app.tasks["hold"].defer(n=2)
+    worker = start_thread(lambda: test_app.run_worker(burst=True, install_signal_handlers=False))
+    wait_for(lambda: status_of(db, job_id) == "running", what="the hold job to run")
+    page.goto("/")
+    page.get_by_role("link", name="Workers", exact=True).click()
+    expect(page.locator("h1")).to_contain_text("1 alive")
+    row = page.locator("table#workers tbody tr").first
+    expect(row).to_contain_text("alive")
+    expect(row).to_contain_text("1 / 10")
+    expect(row.get_by_role("link", name=f"#{job_id}")).to_be_visible()
+    dashboard_app.RELEASE_HOLD.set()
+    worker.join(60)
+    # The page refreshes itself: once the burst worker unregistered, it is gone from the list.
+    expect(page.locator("table#workers")).to_contain_text("no workers registered", timeout=15_000)
+
+
+def test_scheduled_view_runs_a_future_job_now(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    later = test_app.tasks["send_email"].configure(delay=timedelta(hours=3)).defer(to="l@x.y")
+    test_app.tasks["send_email"].defer(to="now@x.y")
+    page.goto("/")
+    expect(page.locator("#total-scheduled")).to_contain_text("1")
+    page.locator("#total-scheduled").click()
+    row = page.locator(f"tr[data-job='{later}']")
+    expect(row).to_contain_text("in 2 h 59 min")
+    row.get_by_role("button", name="Run now").click()
+    expect(page.locator("#job-status")).to_have_text("queued")
+    page.goto("/scheduled")
+    expect(page.locator("table#scheduled")).to_contain_text("nothing scheduled")
+    assert audit_rows(db) == [(LOOPBACK_ACTOR, "job.retry", f"job:{later}")]

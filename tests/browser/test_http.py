@@ -9,6 +9,7 @@ import hashlib
 import re
 import subprocess
 from collections.abc import Coroutine, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -446,3 +447,59 @@ def test_the_job_page_draws_its_workflow(
     actions = page.split('id="job-live"')[0]
     assert "Retry now" not in actions  # a pending job waits for its parents
     assert ">Cancel<" in actions
+
+
+def test_the_workers_page_shows_who_is_alive_and_what_they_hold(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    assert "no workers registered" in client.get("/workers").text
+    db.execute(
+        "INSERT INTO cronbase.workers (id, hostname, pid, queues, concurrency, tasks, last_seen_at)"
+        " VALUES ('w-live', 'web-1', 101, NULL, 8, ARRAY['send_email'], now()),"
+        " ('w-gone', 'web-2', 202, ARRAY['emails'], 2, NULL, now() - interval '10 minutes')"
+    )
+    held = test_app.tasks["send_email"].defer(to="a@b.c")
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'running', locked_by = 'w-gone', started_at = now(),"
+        " locked_until = now() + interval '1 minute', lease_token = gen_random_uuid()"
+        " WHERE id = %s",
+        (held,),
+    )
+    page = client.get("/workers").text
+    assert "1 alive · 0 of 8 slots busy" in page
+    live = page.split('data-worker="w-live"')[1].split("</tr>")[0]
+    gone = page.split('data-worker="w-gone"')[1].split("</tr>")[0]
+    assert ">alive<" in live
+    assert "0 / 8" in live
+    assert "1 tasks" in live
+    assert ">gone<" in gone
+    assert "1 / 2" in gone
+    assert f'href="/jobs/{held}">#{held}</a> send_email' in gone
+    assert page.index('data-worker="w-live"') < page.index('data-worker="w-gone"')
+    assert 'href="/workers" class="current"' in page
+
+
+def test_queued_jobs_split_into_due_and_scheduled_and_the_scheduled_view(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    send = test_app.tasks["send_email"]
+    due = send.defer(to="now@b.c")
+    soon = send.configure(delay=timedelta(minutes=5)).defer(to="soon@b.c")
+    later = send.configure(delay=timedelta(hours=2)).defer(to="later@b.c")
+    overview = client.get("/").text
+    row = overview.split('data-queue="emails"')[1].split("</tr>")[0]
+    cells = [c.split("</td>")[0].strip() for c in row.split('<td class="num"')[1:]]
+    # Columns: pending, queued (due), scheduled, ...
+    assert cells[1].endswith(">1</a>")  # one due
+    assert cells[2].startswith('data-scheduled="2"')
+    assert "queued (due)" in overview
+    assert '<a class="total" id="total-scheduled" href="/scheduled">' in overview
+    page = client.get("/scheduled").text
+    assert page.index(f'data-job="{soon}"') < page.index(f'data-job="{later}"')  # soonest first
+    assert f'data-job="{due}"' not in page
+    soon_row = page.split(f'data-job="{soon}"')[1].split("</tr>")[0]
+    assert "in 4 min" in soon_row
+    assert "Run now" in soon_row
+    assert "soon@b.c" in soon_row
+    filtered = client.get("/scheduled?task=nosuch").text
+    assert "nothing scheduled for this filter" in filtered

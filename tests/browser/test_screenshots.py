@@ -22,8 +22,9 @@ from tests.browser import dashboard_app
 from tests.browser.conftest import REPO, run_burst
 
 
-def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> int:
-    """Jobs in every state over a few queues, schedules, effects; returns a dead job's id."""
+def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> tuple[int, int]:
+    """Jobs in every state over a few queues, schedules, effects, a workflow, workers; returns
+    a dead job's id and the workflow's."""
     tasks = app.tasks
     tasks["send_email"].defer_many([{"to": f"customer{n}@example.com"} for n in range(24)])
     for team in ("sales", "support", "finance"):
@@ -59,7 +60,27 @@ def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> int:
     app.schedules.pause("send_email")
     with app.effects.once("invoice:812:email") as effect:
         effect.record(message_id="msg-5f2c")
-    return int(dead[0])
+    # A workflow waiting on its first job; two workers, one of them gone with a job in hand.
+    board = cronbase.chain(
+        tasks["build_report"].s(team="board"),
+        cronbase.group([tasks["send_email"].s(to=f"director{n}@example.com") for n in range(12)]),
+        tasks["build_report"].s(team="board-summary"),
+    ).defer()
+    db.execute(
+        "INSERT INTO cronbase.workers (id, hostname, pid, queues, concurrency, tasks, last_seen_at)"
+        " VALUES ('web-1:4242:9f1c', 'web-1', 4242, NULL, 10, %s, now()),"
+        " ('web-2:777:0b3e', 'web-2', 777, ARRAY['emails'], 4, NULL,"
+        "  now() - interval '7 minutes')",
+        (sorted(app.tasks),),
+    )
+    held = tasks["send_email"].defer(to="held@example.com")
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'running', locked_by = 'web-2:777:0b3e',"
+        " started_at = now() - interval '8 minutes', locked_until = now() + interval '1 minute',"
+        " lease_token = gen_random_uuid(), attempts = 1 WHERE id = %s",
+        (held,),
+    )
+    return int(dead[0]), board
 
 
 def test_screenshots_of_the_main_pages(
@@ -67,7 +88,7 @@ def test_screenshots_of_the_main_pages(
 ) -> None:
     wanted = os.environ.get("CRONBASE_SCREENSHOTS")
     shots = REPO / wanted if wanted else tmp_path
-    dead_id = populate(test_app, db)
+    dead_id, workflow_id = populate(test_app, db)
     assert not dashboard_app.ALLOW_FLAKY.is_set()
     shots.mkdir(parents=True, exist_ok=True)
 
@@ -76,7 +97,7 @@ def test_screenshots_of_the_main_pages(
     page.screenshot(path=shots / "overview.png", full_page=True)
 
     page.goto("/jobs")
-    expect(page.locator("table.jobs tbody tr")).to_have_count(34)
+    expect(page.locator("table.jobs tbody tr")).to_have_count(49)
     page.screenshot(path=shots / "jobs.png", full_page=True)
 
     page.goto(f"/jobs/{dead_id}")
@@ -87,5 +108,18 @@ def test_screenshots_of_the_main_pages(
     expect(page.locator("tr[data-schedule='weekly:sales']")).to_be_visible()
     page.screenshot(path=shots / "schedules.png", full_page=True)
 
-    for name in ("overview", "jobs", "job", "schedules"):
+    page.goto(f"/jobs/{workflow_id}")
+    expect(page.locator("#job-graph li")).to_have_count(3)
+    page.screenshot(path=shots / "workflow.png", full_page=True)
+
+    page.goto("/workers")
+    expect(page.locator("table#workers tbody tr")).to_have_count(2)
+    page.screenshot(path=shots / "workers.png", full_page=True)
+
+    page.goto("/scheduled")
+    expect(page.locator("table#scheduled tbody tr")).to_have_count(1)
+    page.screenshot(path=shots / "scheduled.png", full_page=True)
+
+    names = ("overview", "jobs", "job", "schedules", "workflow", "workers", "scheduled")
+    for name in names:
         assert (shots / f"{name}.png").stat().st_size > 10_000, name

@@ -37,6 +37,12 @@ def test_stats_and_check_on_a_known_workload(
     assert counts["default"]["succeeded"] == 3
     assert counts["default"]["dead"] == 1
     assert counts["later"]["queued"] == 1
+    later = next(q for q in overview["queues"] if q["queue"] == "later")
+    assert (later["due"], later["scheduled"]) == (0, 1)  # deferred an hour ahead: not due
+    assert overview["scheduled"] == 1
+    table = ok(cronbase(database_url, "stats"))
+    assert "queued (due)" in table
+    assert "scheduled" in table
     assert sum(m["succeeded"] for m in overview["minutes"]) == 3
     table = ok(cronbase(database_url, "stats"))
     assert "default" in table
@@ -148,7 +154,8 @@ def test_stats_and_check_name_due_jobs_no_live_worker_registers(
 def test_queue_limit_and_rate_from_the_command_line(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:
-    assert ok(cronbase(database_url, "queues", "limit", "emails", "5")).strip() == (
+    # --force: set up ahead of any job of the queue.
+    assert ok(cronbase(database_url, "queues", "limit", "emails", "5", "--force")).strip() == (
         "emails: active, at most 5 running"
     )
     assert ok(cronbase(database_url, "queues", "rate", "emails", "100/minute")).strip() == (

@@ -375,7 +375,7 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
         # -- as app: operator commands ----------------------------------------------------------
         assert "queued again" in ok(cronbase(app_url, "jobs", "retry", str(explode_id)))
         assert "cancelled" in ok(cronbase(app_url, "jobs", "cancel", str(explode_id)))
-        ok(cronbase(app_url, "queues", "pause", "reports"))
+        ok(cronbase(app_url, "queues", "pause", "reports", "--force"))
         ok(cronbase(app_url, "queues", "resume", "reports"))
         assert "last hour:" in ok(cronbase(app_url, "stats"))
         overview = json.loads(ok(cronbase(app_url, "stats", "--json")))

@@ -572,7 +572,7 @@ def test_manage_cronbase_help_names_manage_py(migrated: Site) -> None:
     bad = migrated.run("cronbase", "wrker")
     assert (bad.returncode, bad.stderr) == (
         2,
-        "error: No such command 'wrker'. Did you mean 'worker'?\n",
+        "error: No such command 'wrker'. (Did you mean one of: 'worker', 'workers'?)\n",
     )
 
 

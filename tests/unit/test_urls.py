@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import cronbase
@@ -53,3 +55,15 @@ def test_transaction_mode_turns_prepared_statements_off_and_listens_only_where_t
     assert told.listen_url == direct
     with pytest.raises(cronbase.ConfigurationError, match="unknown pooler 'statement'"):
         Database(direct, pooler="statement")
+
+
+def test_urls_of_other_schemes_and_sqlalchemy_drivers_name_the_fix() -> None:
+    for url, hint in [
+        ("mysql+pymysql://root:pw@h/app", "cronbase needs PostgreSQL; use a postgresql:// URL"),
+        ("postgresql+psycopg://u:pw@h/app", "drop the SQLAlchemy driver part '+psycopg'"),
+        ("redis://h:6379/0", "cronbase needs PostgreSQL"),
+    ]:
+        with pytest.raises(cronbase.DatabaseURLError, match=re.escape(hint)) as caught:
+            pool.check_url(url)
+        assert "pw@" not in str(caught.value)
+    pool.check_url("postgres://u@h/app")  # Heroku's spelling stays accepted

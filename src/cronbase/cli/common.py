@@ -189,6 +189,15 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+def duration_text(value: timedelta) -> str:
+    """A duration as ``--older-than`` takes it: ``7d``, ``12h``, ``90s`` (never ``0:00:00``)."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def parse_duration(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> timedelta | None:

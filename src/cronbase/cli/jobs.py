@@ -200,8 +200,13 @@ def retry_job(
 ) -> None:
     """Run a job again now (any state but running), or with --dead every dead job."""
     app = settings.app()
-    if dead == (job_id is not None):
-        raise click.UsageError("give a job ID, or --dead (with --task/--queue), not both")
+    if dead and job_id is not None:
+        raise click.UsageError("give a job ID or --dead (with --task/--queue), not both")
+    if not dead and job_id is None:
+        raise click.UsageError(
+            "which job? give its ID (cronbase jobs retry 812), or --dead to retry every dead job "
+            "(narrow with --task/--queue)"
+        )
     if job_id is not None:
         if task or queue:
             raise click.UsageError("--task and --queue go with --dead")

@@ -339,7 +339,11 @@ def enqueue(
     TASK is a task name registered on --app. With a key that is already taken, nothing is
     inserted and the existing job's id is printed.
     """
+    if run_at is not None and delay is not None:
+        raise click.UsageError("give --run-at or --delay, not both")
     app = settings.app(needs_tasks=True)
+    keyed = idempotency_key is not None or dedupe_key is not None
+    before = app.db.fetch_all(app.queries.database_now)[0]["now"] if keyed else None
     options = {
         "run_at": run_at,
         "delay": seconds(delay),
@@ -351,6 +355,14 @@ def enqueue(
     }
     job_id = app.defer(task, payload, **{k: v for k, v in options.items() if v is not None})
     click.echo(job_id)
+    if before is not None and app.jobs.get(job_id).created_at < before:
+        # Its id only on stdout, for scripts; the word that nothing new was enqueued on stderr.
+        key = (
+            f"idempotency key {idempotency_key!r}"
+            if idempotency_key is not None
+            else f"dedupe key {dedupe_key!r}"
+        )
+        click.echo(f"job {job_id} already existed with {key}: nothing new was enqueued", err=True)
 
 
 @cli.command()

@@ -9,14 +9,24 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from ..app import App
 from ..audit import cli_actor
 from ..flow import Rate
 from ..job import JobStatus
-from ..maintenance import PRUNABLE, prune
-from ..queues import QueueState
+from ..limits import check_name
+from ..maintenance import PRUNABLE, count_prunable, prune
+from ..queues import QueueState, limit_params, rate_params
 from ..stats import Overview
-from .common import EXIT_FAILED, Settings, parse_duration, status_text
+from .common import (
+    EXIT_FAILED,
+    STATUS_STYLES,
+    Settings,
+    duration_text,
+    parse_duration,
+    status_text,
+)
 from .main import cli
 
 
@@ -32,14 +42,23 @@ def stats_table(overview: Overview) -> Table:
     table = Table(title="jobs by queue")
     table.add_column("queue")
     for status in JobStatus:
-        table.add_column(status_text(status), justify="right")
+        if status is JobStatus.QUEUED:  # due now; the scheduled ones (run_at ahead) apart
+            table.add_column(Text("queued (due)", style=STATUS_STYLES[status]), justify="right")
+            table.add_column("scheduled", justify="right")
+        else:
+            table.add_column(status_text(status), justify="right")
     for column in ("oldest wait", "wait p50", "wait p95"):
         table.add_column(column, justify="right")
     for q in overview.queues:
         name = f"{q.queue} (paused)" if q.is_paused else q.queue
+        counts = [
+            str(n)
+            for s in JobStatus
+            for n in ((q.due, q.scheduled) if s is JobStatus.QUEUED else (q.counts[s],))
+        ]
         table.add_row(
             name,
-            *(str(q.counts[s]) for s in JobStatus),
+            *counts,
             _seconds(q.oldest_wait),
             _seconds(q.wait_p50),
             _seconds(q.wait_p95),
@@ -115,6 +134,24 @@ def describe_task_limits(row: dict[str, Any]) -> str:
     return f"task {row['task']}: {', '.join(parts) or 'no limit'}"
 
 
+def known_queue(app: App, name: str, force: bool) -> None:
+    """Refuse (exit 2) a queue no job, task (of --app), worker or earlier command uses: a typo
+    would otherwise pause or limit nothing, silently. ``--force`` to set it up ahead."""
+    check_name("queue", name)  # a bad name is refused as such first
+    if force:
+        return
+    known = {q.name for q in app.queues.list()}
+    known |= {task.defaults.queue for task in app.tasks.values()}
+    for worker in app.workers():
+        known |= set(worker.queues or ())
+    if name not in known:
+        names = ", ".join(sorted(known)) or "none yet"
+        raise click.UsageError(
+            f"no task, job or worker uses queue {name!r} (known queues: {names}); "
+            "--force to set it up anyway"
+        )
+
+
 def _limit_value(value: str) -> int | None:
     if value.lower() == "none":
         return None
@@ -129,11 +166,15 @@ def _limit_value(value: str) -> int | None:
 @queues.command("limit")
 @click.argument("name")
 @click.argument("n")
+@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
 @click.pass_obj
-def limit_queue(settings: Settings, name: str, n: str) -> None:
+def limit_queue(settings: Settings, name: str, n: str, force: bool) -> None:
     """At most N running jobs of queue NAME across all workers (N = none removes the limit)."""
     app = settings.app()
-    state = app.queues.set_limit(name, _limit_value(n))
+    limit = _limit_value(n)
+    limit_params(name, limit)  # a bad name or number is refused as such first
+    known_queue(app, name, force)
+    state = app.queues.set_limit(name, limit)
     app.audit.record(cli_actor(), "limit_queue", name, {"max_running": state.max_running})
     click.echo(describe_queue(state))
 
@@ -141,10 +182,13 @@ def limit_queue(settings: Settings, name: str, n: str) -> None:
 @queues.command("rate")
 @click.argument("name")
 @click.argument("rate")
+@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
 @click.pass_obj
-def rate_queue(settings: Settings, name: str, rate: str) -> None:
+def rate_queue(settings: Settings, name: str, rate: str, force: bool) -> None:
     """At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it)."""
     app = settings.app()
+    rate_params(name, None if rate.lower() == "none" else rate)
+    known_queue(app, name, force)
     state = app.queues.set_rate(name, None if rate.lower() == "none" else rate)
     app.audit.record(
         cli_actor(), "rate_queue", name, {"rate": str(state.rate) if state.rate else None}
@@ -154,10 +198,12 @@ def rate_queue(settings: Settings, name: str, rate: str) -> None:
 
 @queues.command("pause")
 @click.argument("name")
+@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
 @click.pass_obj
-def pause_queue(settings: Settings, name: str) -> None:
+def pause_queue(settings: Settings, name: str, force: bool) -> None:
     """Stop workers claiming from queue NAME (running jobs finish)."""
     app = settings.app()
+    known_queue(app, name, force)
     actor = cli_actor()
     app.queues.pause(name, actor=actor)
     app.audit.record(actor, "pause_queue", name)
@@ -166,10 +212,12 @@ def pause_queue(settings: Settings, name: str) -> None:
 
 @queues.command("resume")
 @click.argument("name")
+@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
 @click.pass_obj
-def resume_queue(settings: Settings, name: str) -> None:
+def resume_queue(settings: Settings, name: str, force: bool) -> None:
     """Let workers claim from queue NAME again."""
     app = settings.app()
+    known_queue(app, name, force)
     app.queues.resume(name)
     app.audit.record(cli_actor(), "resume_queue", name)
     click.echo(f"queue {name!r} resumed")
@@ -190,16 +238,28 @@ def resume_queue(settings: Settings, name: str) -> None:
     type=click.Choice([s.value for s in PRUNABLE]),
     help="Only jobs in this status (repeatable). Default: succeeded and cancelled.",
 )
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @click.pass_obj
-def prune_command(settings: Settings, older_than: timedelta, statuses: tuple[str, ...]) -> None:
+def prune_command(
+    settings: Settings, older_than: timedelta, statuses: tuple[str, ...], dry_run: bool
+) -> None:
     """Delete finished jobs, and their attempt history, older than AGE."""
     app = settings.app()
     chosen = list(statuses) or [JobStatus.SUCCEEDED.value, JobStatus.CANCELLED.value]
+    age = duration_text(older_than)
+    if dry_run:
+        found = count_prunable(app.db, older_than, chosen)
+        each = ", ".join(f"{found.get(s, 0)} {s}" for s in chosen)
+        click.echo(
+            f"would prune {sum(found.values())} jobs ({each}) finished more than {age} ago; "
+            "nothing was deleted"
+        )
+        return
     removed = prune(app.db, older_than, chosen)
     app.audit.record(
-        cli_actor(), "prune", ",".join(chosen), {"older_than": str(older_than), "removed": removed}
+        cli_actor(), "prune", ",".join(chosen), {"older_than": age, "removed": removed}
     )
-    click.echo(f"pruned {removed} jobs ({', '.join(chosen)}) finished more than {older_than} ago")
+    click.echo(f"pruned {removed} jobs ({', '.join(chosen)}) finished more than {age} ago")
 
 
 @cli.command()

@@ -93,6 +93,8 @@ def create_app(
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/dead", pages.dead, name="dead"),
         Route("/long-running", pages.long_running, name="long_running"),
+        Route("/workers", pages.workers, name="workers"),
+        Route("/scheduled", pages.scheduled, name="scheduled"),
         Route("/schedules", pages.schedules, name="schedules"),
         Route("/effects", pages.effects, name="effects"),
         Route("/audit", pages.audit, name="audit"),

@@ -43,6 +43,14 @@ def since(moment: datetime | None, now: datetime | None = None) -> str:
     return duration((now or datetime.now(UTC)) - moment)
 
 
+def until(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long until ``moment`` (``in 4 min 05 s``), ``due`` once it has come; empty for None."""
+    if moment is None:
+        return ""
+    left = moment - (now or datetime.now(UTC))
+    return "due" if left <= timedelta(0) else f"in {duration(left)}"
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
@@ -73,6 +81,7 @@ FILTERS = {
     "local": local,
     "duration": duration,
     "since": since,
+    "until": until,
     "pretty_json": pretty_json,
     "compact_json": compact_json,
     "shorten": shorten,

@@ -173,6 +173,39 @@ class Pages:
         }
         return self.renderer.page(request, "job.html", context)
 
+    async def scheduled(self, request: Request) -> Response:
+        params = request.query_params
+        queue = params.get("queue") or None
+        task = params.get("task") or None
+        page = _positive_int(request, "page", 1)
+        found = await admin.scheduled_jobs_async(
+            self.app.db,
+            queue=queue,
+            task=task,
+            limit=self.page_size + 1,
+            offset=(page - 1) * self.page_size,
+        )
+        context = {
+            "section": "scheduled",
+            "jobs": found[: self.page_size],
+            "has_next": len(found) > self.page_size,
+            "page": page,
+            "filters": {"queue": queue or "", "task": task or ""},
+            "now": datetime.now(UTC),
+        }
+        return self.renderer.page(request, "scheduled.html", context)
+
+    async def workers(self, request: Request) -> Response:
+        found = await self.app.workers_async()
+        context = {
+            "section": "workers",
+            "workers": found,
+            "alive": sum(1 for w in found if w.alive),
+            "busy": sum(w.busy for w in found if w.alive),
+            "slots": sum(w.concurrency for w in found if w.alive),
+        }
+        return self.renderer.page(request, "workers.html", context)
+
     async def long_running(self, request: Request) -> Response:
         raw = request.query_params.get("minutes")
         if raw:

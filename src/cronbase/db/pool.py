@@ -87,11 +87,15 @@ def _threshold(url: str, value: str) -> int | None:
 
 def check_url(url: str) -> None:
     """Raise DatabaseURLError, naming the URL, when it cannot be parsed."""
-    if url.split("://", 1)[0].lower() in ("mysql", "sqlite", "redis", "mongodb", "http", "https"):
-        raise DatabaseURLError(
-            f"invalid database URL {masked(url)!r}: cronbase needs PostgreSQL; "
-            "use a postgresql:// URL"
+    scheme = url.split("://", 1)[0].lower() if "://" in url else None
+    if scheme is not None and scheme not in ("postgresql", "postgres"):
+        base = scheme.split("+", 1)[0]
+        hint = (
+            f"drop the SQLAlchemy driver part {scheme[len(base) :]!r}: use a postgresql:// URL"
+            if base in ("postgresql", "postgres")
+            else "cronbase needs PostgreSQL; use a postgresql:// URL"
         )
+        raise DatabaseURLError(f"invalid database URL {masked(url)!r}: {hint}")
     url, _ = split_client_options(url)
     try:
         conninfo_to_dict(url)

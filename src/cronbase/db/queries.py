@@ -93,6 +93,9 @@ class Queries:
     register_worker: bytes
     unregister_worker: bytes
     list_workers: bytes
+    worker_overview: bytes
+    list_scheduled_jobs: bytes
+    count_prunable: bytes
     list_unserved_jobs: bytes
     database_now: bytes
     upsert_schedule: bytes

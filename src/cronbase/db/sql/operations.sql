@@ -31,11 +31,14 @@ RETURNING *;
 SELECT * FROM {schema}.audit_log ORDER BY at DESC, id DESC LIMIT %(limit)s;
 
 -- name: queue_overview
--- Per queue: counts by status, paused or not, its limits, the oldest due job's wait so far, and the wait
+-- Per queue: counts by status (and how many of the queued are scheduled: run_at still ahead),
+-- paused or not, its limits, the oldest due job's wait so far, and the wait
 -- (start minus due time) of the jobs started in the last hour at the 50th and 95th percentile.
 WITH counts AS (
-    SELECT queue, jsonb_object_agg(status, n) AS counts
-    FROM (SELECT queue, status, count(*) AS n FROM {schema}.jobs GROUP BY queue, status) c
+    SELECT queue, jsonb_object_agg(status, n) AS counts, sum(later)::bigint AS scheduled
+    FROM (SELECT queue, status, count(*) AS n,
+                 count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS later
+          FROM {schema}.jobs GROUP BY queue, status) c
     GROUP BY queue
 ), oldest AS (
     SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS oldest_wait
@@ -53,7 +56,7 @@ WITH counts AS (
 ), names AS (
     SELECT queue FROM counts UNION SELECT name FROM {schema}.queues
 )
-SELECT n.queue, COALESCE(c.counts, '{{}}'::jsonb) AS counts,
+SELECT n.queue, COALESCE(c.counts, '{{}}'::jsonb) AS counts, COALESCE(c.scheduled, 0) AS scheduled,
        COALESCE(q.is_paused, false) AS is_paused, q.max_running, q.rate_n, q.rate_period,
        o.oldest_wait, w.wait_p50, w.wait_p95
 FROM names n
@@ -165,6 +168,15 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
+-- name: list_scheduled_jobs
+-- The Scheduled view: queued jobs whose run_at is still ahead, soonest first, a page at a time.
+SELECT * FROM {schema}.jobs
+WHERE status = 'queued' AND run_at > now()
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+ORDER BY run_at, id
+LIMIT %(limit)s OFFSET %(offset)s;
+
 -- name: prune_events_exclusive
 -- One retention batch of emitted events older than %(older_than)s, under the same lock as
 -- prune_jobs_exclusive (one pruner at a time; no FOR UPDATE: nothing else updates an event, and
@@ -180,3 +192,11 @@ WITH lock AS (
     DELETE FROM {schema}.events e USING doomed d WHERE e.key = d.key RETURNING 1
 )
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
+
+-- name: count_prunable
+-- What prune_jobs would delete (cronbase prune --dry-run): finished jobs of %(statuses)s that
+-- ended more than %(older_than)s ago, by status.
+SELECT status, count(*) AS n FROM {schema}.jobs
+WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
+GROUP BY status
+ORDER BY status;

@@ -1,0 +1,74 @@
+"""``cronbase workers``: the workers an operator sees (alive or not, busy slots, jobs in hand)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..fleet import WorkerInfo
+from .common import Settings
+from .main import cli
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def _listed(names: list[str] | None, everything: str) -> str:
+    if names is None:
+        return everything
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} +{len(names) - 3}"
+
+
+def workers_table(found: list[WorkerInfo]) -> Table:
+    table = Table(title="workers")
+    for column in ("worker", "host", "pid", "state", "busy", "queues", "tasks", "heartbeat"):
+        table.add_column(column, justify="right" if column in ("pid", "busy") else "left")
+    table.add_column("jobs in hand")
+    for w in found:
+        state = Text("alive", style="green") if w.alive else Text("gone", style="red")
+        jobs = ", ".join(f"{job_id} {task}" for job_id, task in w.jobs[:3])
+        if w.busy > 3:
+            jobs += f" +{w.busy - 3}"
+        table.add_row(
+            Text(w.id),
+            Text(w.hostname),
+            str(w.pid),
+            state,
+            f"{w.busy}/{w.concurrency}",
+            Text(_listed(w.queues, "all")),
+            Text(_listed(w.tasks, "any")),
+            _age(w.heartbeat_age),
+            Text(jobs),
+        )
+    return table
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def workers(settings: Settings, as_json: bool) -> None:
+    """Registered workers: alive or gone, host, busy slots, queues, tasks, jobs in hand."""
+    found = settings.app().workers()
+    if as_json:
+        click.echo(json.dumps([w.to_json() for w in found], indent=2))
+        return
+    console = Console(highlight=False, markup=False)
+    if not found:
+        console.print("no workers registered: start one with `cronbase worker`")
+        return
+    console.print(workers_table(found))
+    gone = sum(1 for w in found if not w.alive)
+    if gone:
+        console.print(
+            f"{gone} worker(s) not seen for over a minute: stopped without unregistering "
+            "(killed, or the host is down); their jobs return once their leases run out"
+        )

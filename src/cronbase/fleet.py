@@ -1,0 +1,63 @@
+"""The workers an operator sees (``cronbase workers``, the dashboard's /workers): who is alive,
+where, how busy, serving what, and which jobs are in their hands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .stats import LIVE_WITHIN
+
+if TYPE_CHECKING:
+    from .db.database import Database, Row
+
+# Jobs in a worker's hands listed per worker (busy counts all of them).
+JOBS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    hostname: str
+    pid: int
+    # The queues it claims from (None: all) and the tasks it registers (None: older code, any).
+    queues: list[str] | None
+    concurrency: int
+    tasks: list[str] | None
+    started_at: datetime
+    last_seen_at: datetime
+    # Seconds since its last heartbeat, by the database's clock.
+    heartbeat_age: float
+    # Seen within LIVE_WITHIN: a killed worker's row stays, not alive, until it ages out.
+    alive: bool
+    # Its running jobs: how many, and the first JOBS_SHOWN of them (id, task), oldest first.
+    busy: int
+    jobs: list[tuple[int, str]]
+
+    @classmethod
+    def from_row(cls, row: Row) -> WorkerInfo:
+        values = {f.name: row[f.name] for f in fields(cls) if f.name != "jobs"}
+        return cls(**values, jobs=list(zip(row["job_ids"], row["job_tasks"], strict=True)))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        out["jobs"] = [{"id": job_id, "task": task} for job_id, task in self.jobs]
+        return out
+
+
+def _params() -> dict[str, Any]:
+    return {"live_within": LIVE_WITHIN, "jobs_shown": JOBS_SHOWN}
+
+
+def workers(db: Database) -> list[WorkerInfo]:
+    """Every registered worker, the live ones first."""
+    return [WorkerInfo.from_row(r) for r in db.fetch_all(db.queries.worker_overview, _params())]
+
+
+async def workers_async(db: Database) -> list[WorkerInfo]:
+    rows = await db.fetch_all_async(db.queries.worker_overview, _params())
+    return [WorkerInfo.from_row(r) for r in rows]

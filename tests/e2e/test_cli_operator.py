@@ -1,0 +1,89 @@
+"""The command line's answers an operator trips over (issue 16): each mistake gets one line that
+says what to do, and nothing changes; a duplicate key says so; prune can show before it deletes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.e2e.test_cli import APP, cronbase, ok
+
+
+def fails(result: Any, code: int = 2) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return str(lines[0])
+
+
+def test_retry_without_a_job_asks_which(database_url: str) -> None:
+    line = fails(cronbase(database_url, "jobs", "retry"))
+    assert line == (
+        "error: which job? give its ID (cronbase jobs retry 812), or --dead to retry every dead "
+        "job (narrow with --task/--queue)"
+    )
+
+
+def test_run_at_with_delay_is_one_line_in_the_commands_words(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    line = fails(
+        cronbase(
+            database_url, "--app", APP, "enqueue", "record", "--payload", '{"n": 1}',
+            "--run-at", "2030-01-01T00:00:00+00:00", "--delay", "60",
+        )
+    )  # fmt: skip
+    assert line == "error: give --run-at or --delay, not both"
+    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+
+
+def test_a_duplicate_idempotency_key_says_nothing_new_was_enqueued(database_url: str) -> None:
+    args = ("--app", APP, "enqueue", "record", "--payload", '{"n": 1}', "--idempotency-key", "k1")
+    first = cronbase(database_url, *args)
+    assert (first.returncode, first.stderr) == (0, "")
+    again = cronbase(database_url, *args)
+    assert again.returncode == 0
+    assert again.stdout == first.stdout  # the id, for scripts
+    assert again.stderr.strip() == (
+        f"job {first.stdout.strip()} already existed with idempotency key 'k1': nothing new was "
+        "enqueued"
+    )
+
+
+def test_queue_commands_refuse_a_queue_nothing_uses_unless_forced(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    ok(cronbase(database_url, "--app", APP, "enqueue", "record", "--payload", '{"n": 1}'))
+    for args in (("pause", "defualt"), ("resume", "defualt"), ("limit", "defualt", "3"),
+                 ("rate", "defualt", "5/second")):  # fmt: skip
+        line = fails(cronbase(database_url, "queues", *args))
+        assert line == (
+            "error: no task, job or worker uses queue 'defualt' (known queues: default); "
+            "--force to set it up anyway"
+        ), args
+    assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
+    ok(cronbase(database_url, "queues", "pause", "defualt", "--force"))
+    ok(cronbase(database_url, "queues", "pause", "default"))
+    # With --app, its tasks' queues are known even before any job exists.
+    ok(cronbase(database_url, "--app", APP, "queues", "resume", "default"))
+
+
+def test_prune_dry_run_says_what_would_go_and_deletes_nothing(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    for n in range(2):
+        ok(cronbase(database_url, "--app", APP, "enqueue", "record", "--payload", f'{{"n": {n}}}'))
+    record = str(tmp_path / "record.txt")
+    ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=record))
+    out = ok(cronbase(database_url, "prune", "--older-than", "0s", "--dry-run"))
+    assert out.strip() == (
+        "would prune 2 jobs (2 succeeded, 0 cancelled) finished more than 0s ago; "
+        "nothing was deleted"
+    )
+    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (2,)
+    out = ok(cronbase(database_url, "prune", "--older-than", "0s"))
+    assert out.strip() == "pruned 2 jobs (succeeded, cancelled) finished more than 0s ago"
+    week = ok(cronbase(database_url, "prune", "--older-than", "7d", "--dry-run"))
+    assert "finished more than 7d ago" in week
