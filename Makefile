@@ -37,6 +37,7 @@ chaos: prerequisites $(STAMP)
 	rm -f $$summary; exit $$status
 
 $(STAMP): pyproject.toml
+	@echo "installing cronbase and its dependencies into $(VENV) (about a minute, once)..."
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)

@@ -49,6 +49,16 @@ class QueueState:
             Rate(rate_n, period) if rate_n is not None and period is not None else None,
         )
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "is_paused": self.is_paused,
+            "paused_at": self.paused_at.isoformat() if self.paused_at else None,
+            "paused_by": self.paused_by,
+            "max_running": self.max_running,
+            "rate": None if self.rate is None else str(self.rate),
+        }
+
 
 def _check(name: str) -> None:
     check_name("queue", name)

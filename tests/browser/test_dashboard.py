@@ -219,3 +219,61 @@ def test_scheduled_view_runs_a_future_job_now(
     page.goto("/scheduled")
     expect(page.locator("table#scheduled")).to_contain_text("nothing scheduled")
     assert audit_rows(db) == [(LOOPBACK_ACTOR, "job.retry", f"job:{later}")]
+
+
+def test_a_schedule_reads_in_words_shows_overdue_and_runs_now(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    test_app.schedules.add(
+        "build_report",
+        cron="0 8 * * 1-5",
+        tz="Europe/Berlin",
+        payload={"team": "ops"},
+        key="weekday:ops",
+    )
+    db.execute("UPDATE cronbase.schedules SET next_fire_at = now() - interval '10 minutes'")
+    page.once("dialog", lambda dialog: dialog.accept())  # the confirmation
+    page.goto("/schedules")
+    row = page.locator("tr[data-schedule='weekday:ops']")
+    expect(row).to_contain_text("At 08:00, Monday through Friday (Europe/Berlin)")
+    expect(row.locator(".badge.overdue")).to_be_visible()
+    row.get_by_role("button", name="Run now").click()
+    expect(page.locator("#flash")).to_contain_text("The schedule's job was enqueued to run now")
+    expect(page.locator("h1")).to_contain_text("build_report")
+    expect(page.locator("pre.payload").first).to_contain_text('"team": "ops"')
+    [(actor, action, target)] = audit_rows(db)
+    assert (actor, action, target) == (LOOPBACK_ACTOR, "schedule.run_now", "schedule:weekday:ops")
+    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (1,)
+
+
+def test_bulk_retry_and_delete_selected_jobs_with_confirmation_and_audit(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    dead = [test_app.tasks["flaky"].defer(n=n) for n in (1, 2)]
+    run_burst(test_app)
+    parent = test_app.tasks["send_email"].configure(queue="nobody").defer(to="p@x.y")
+    waiting = test_app.tasks["send_email"].configure(after=[parent]).defer(to="w@x.y")
+    assert [status_of(db, j) for j in dead] == ["dead", "dead"]
+    page.on("dialog", lambda dialog: dialog.accept())  # each confirmation
+    page.goto("/jobs")
+    for job_id in (*dead, waiting):
+        page.get_by_label(f"select job {job_id}").check()
+    page.get_by_role("button", name="Retry", exact=True).click()
+    expect(page.locator("#flash")).to_contain_text("2 job(s) queued again; 1 refused")
+    assert [status_of(db, j) for j in dead] == ["queued", "queued"]
+    [(actor, action, target)] = audit_rows(db)
+    assert (actor, action, target) == (LOOPBACK_ACTOR, "jobs.bulk_retry", "jobs:3")
+    detail = db.execute("SELECT detail FROM cronbase.audit_log").fetchone()
+    assert detail is not None
+    assert detail[0]["job_ids"] == dead
+    assert "it is pending" in detail[0]["refused"][str(waiting)]
+
+    test_app.jobs.cancel(dead[0])
+    page.goto("/jobs")
+    page.get_by_label(f"select job {dead[0]}").check()
+    page.get_by_label(f"select job {dead[1]}").check()
+    page.get_by_role("button", name="Delete", exact=True).click()
+    expect(page.locator("#flash")).to_contain_text("1 job(s) deleted; 1 refused")
+    assert db.execute("SELECT id FROM cronbase.jobs WHERE id = ANY(%s)", (dead,)).fetchall() == [
+        (dead[1],)
+    ]

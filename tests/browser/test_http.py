@@ -7,6 +7,7 @@ import base64
 import concurrent.futures
 import hashlib
 import re
+import socket
 import subprocess
 from collections.abc import Coroutine, Iterator
 from datetime import timedelta
@@ -503,3 +504,76 @@ def test_queued_jobs_split_into_due_and_scheduled_and_the_scheduled_view(
     assert "soon@b.c" in soon_row
     filtered = client.get("/scheduled?task=nosuch").text
     assert "nothing scheduled for this filter" in filtered
+
+
+def test_the_header_names_the_database_and_schema(client: httpx.Client) -> None:
+    page = client.get("/workers").text
+    header = page.split('id="where">')[1].split("</span>")[0]
+    assert header.startswith("schema cronbase · database cronbase_test_")
+    assert "password" not in header
+    assert "@" not in header
+
+
+def test_pages_say_the_database_is_unreachable_and_retry_by_themselves() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = cronbase.App(f"postgresql://nobody:secret@127.0.0.1:{port}/shop?connect_timeout=2")
+    web = create_app(down)
+    for path in ("/", "/jobs", "/workers", "/scheduled"):
+        page = asgi_get(web, path, ("127.0.0.1", 50000))
+        assert page.status_code == 503, path
+        assert "Database unreachable, retrying" in page.text
+        assert 'hx-trigger="every 5s"' in page.text
+        assert "Internal Server Error" not in page.text
+        assert "secret" not in page.text
+        assert f"database shop on 127.0.0.1:{port}" in page.text
+    down.close()
+
+
+def test_the_jobs_table_shows_times_relative_durations_progress_and_payload(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    send = test_app.tasks["send_email"]
+    done, running = send.defer(to="done@b.c"), send.defer(to="busy@b.c")
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'succeeded', attempts = 1,"
+        " started_at = now() - interval '3 minutes', finished_at = now() - interval '1 minute'"
+        " WHERE id = %s",
+        (done,),
+    )
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'running', attempts = 1, locked_by = 'w',"
+        " started_at = now() - interval '30 seconds', locked_until = now() + interval '1 minute',"
+        " lease_token = gen_random_uuid(), progress = 40, stage = 'rendering' WHERE id = %s",
+        (running,),
+    )
+    page = client.get("/jobs").text
+    done_row = page.split(f'data-job="{done}"')[1].split("</tr>")[0]
+    cells = [c.split("</td>")[0] for c in done_row.split("<td")[1:]]
+    # id, task, queue, status, attempts, run at, finished, took, progress, payload, last error
+    assert cells[6].endswith(">1 min 00 s ago")
+    assert ' UTC"' in cells[6]  # the absolute time on hover
+    assert cells[7].endswith(">2 min 00 s")
+    assert "done@b.c" in cells[9]
+    busy = page.split(f'data-job="{running}"')[1].split("</tr>")[0]
+    assert '<progress max="100" value="40.0" title="40% · rendering">' in busy
+    assert "30." in busy or "31." in busy  # running for about 30 s so far
+
+
+def test_bulk_actions_refuse_bad_forms_with_one_line(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    token = csrf_token(client.get("/jobs").text)
+    job_id = test_app.tasks["send_email"].defer(to="a@b.c")
+    for data, message in [
+        ({"action": "retry"}, "select at least one job"),
+        ({"action": "explode", "ids": str(job_id)}, "unknown bulk action &#39;explode&#39;"),
+        ({"action": "retry", "ids": "12x"}, "job ids must be whole numbers"),
+        ({"action": "cancel", "ids": [str(n) for n in range(501)]}, "at most 500 jobs at once"),
+    ]:
+        refused = client.post("/jobs/bulk", data={**data, "csrf_token": token})
+        assert refused.status_code == 400, data
+        assert message in refused.text
+    assert db.execute("SELECT status FROM cronbase.jobs").fetchall() == [("queued",)]
+    assert audit_rows(db) == []

@@ -23,7 +23,8 @@ APP = "tests.e2e.cli_app:app"
 
 def cli_env(database_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CRONBASE_APP")}
-    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO), COLUMNS="200", **extra)
+    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO), COLUMNS="200")
+    env.update(extra)
     return env
 
 

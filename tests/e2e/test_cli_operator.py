@@ -3,6 +3,8 @@ says what to do, and nothing changes; a duplicate key says so; prune can show be
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +89,59 @@ def test_prune_dry_run_says_what_would_go_and_deletes_nothing(
     assert out.strip() == "pruned 2 jobs (succeeded, cancelled) finished more than 0s ago"
     week = ok(cronbase(database_url, "prune", "--older-than", "7d", "--dry-run"))
     assert "finished more than 7d ago" in week
+
+
+def test_tables_do_not_wrap_when_piped_and_times_name_their_zone(database_url: str) -> None:
+    for n in range(2):
+        ok(cronbase(database_url, "--app", APP, "enqueue", "record", "--payload", f'{{"n": {n}}}'))
+    # Piped, COLUMNS unset: every header whole, nothing cut to "…".
+    piped = ok(cronbase(database_url, "stats", COLUMNS="", TZ="UTC"))
+    assert "queued (due)" in piped
+    assert "oldest wait" in piped
+    assert "…" not in piped
+    narrow = ok(cronbase(database_url, "--width", "50", "stats", COLUMNS="", TZ="UTC"))
+    assert "…" in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 50
+    listed = ok(cronbase(database_url, "jobs", "list", COLUMNS="", TZ="UTC"))
+    assert " UTC" in listed
+    assert "…" not in listed
+
+
+def test_a_schema_that_does_not_exist_is_named_with_the_ones_that_do(database_url: str) -> None:
+    line = fails(cronbase(database_url, "--schema", "cronbsae", "stats"))
+    assert line.startswith("error: schema 'cronbsae' does not exist on ")
+    assert line.endswith(
+        "(schemas with cronbase tables: 'cronbase'); a typo in --schema? `cronbase migrate` "
+        "creates it"
+    )
+
+
+def test_a_dashboard_port_in_use_is_one_line_before_any_url(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = cronbase(database_url, "dashboard", "--port", str(port))
+    line = fails(result)
+    assert line == (
+        f"error: cannot serve the dashboard on 127.0.0.1:{port}: the port is in use (another "
+        "dashboard?); choose another with --port"
+    )
+    assert "http://" not in result.stdout + result.stderr
+
+
+def test_queues_list_prints_json(database_url: str) -> None:
+    ok(cronbase(database_url, "--app", APP, "enqueue", "record", "--payload", '{"n": 1}'))
+    ok(cronbase(database_url, "queues", "limit", "default", "3"))
+    listed = json.loads(ok(cronbase(database_url, "queues", "list", "--json")))
+    assert listed["queues"] == [
+        {
+            "name": "default",
+            "is_paused": False,
+            "paused_at": None,
+            "paused_by": None,
+            "max_running": 3,
+            "rate": None,
+        }
+    ]
+    assert listed["task_limits"] == []

@@ -74,6 +74,7 @@ def test_add_list_pause_resume_remove(database_url: str, db: psycopg.Connection[
     )
     assert "weekly:12345" in out
     assert "next run" in out
+    assert "At 08:00, only on Monday (America/New_York), cron '0 8 * * MON'" in out
     assert schedule_rows(db) == [
         ("weekly:12345", "record", "0 8 * * MON", "America/New_York", False)
     ]
@@ -91,6 +92,29 @@ def test_add_list_pause_resume_remove(database_url: str, db: psycopg.Connection[
     assert "paused" in ok(cronbase(database_url, "schedules", "list"))
     assert "next run" in ok(cronbase(database_url, "schedules", "resume", "weekly:12345"))
     assert schedule_rows(db)[0][4] is False
+
+    # Run now: one job of the schedule's task and payload, its slot time now; slots unchanged.
+    before = db.execute("SELECT next_fire_at FROM cronbase.schedules").fetchone()
+    job_id = int(ok(cronbase(database_url, "schedules", "run-now", "weekly:12345")))
+    row = db.execute(
+        "SELECT task, payload->'n', payload ? 'scheduled_at' FROM cronbase.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row == ("record", 12345, True)
+    assert db.execute("SELECT next_fire_at FROM cronbase.schedules").fetchone() == before
+    assert db.execute(
+        "SELECT action, target FROM cronbase.audit_log WHERE action = 'run_schedule'"
+    ).fetchall() == [("run_schedule", "weekly:12345")]
+    unknown = cronbase(database_url, "schedules", "run-now", "weekly:nope")
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        2,
+        "error: no schedule with key 'weekly:nope'",
+    )
+    # Overdue: its next run passed a while ago and nothing fired it.
+    db.execute("UPDATE cronbase.schedules SET next_fire_at = now() - interval '10 minutes'")
+    table = ok(cronbase(database_url, "schedules", "list"))
+    assert "overdue: is a scheduler running?" in table
+    assert "overdue: weekly:12345: their next run has passed" in table
 
     ok(cronbase(database_url, "schedules", "remove", "weekly:12345"))
     assert schedule_rows(db) == []

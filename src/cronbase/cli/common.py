@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 from rich.text import Text
 
 from .. import logs
@@ -47,8 +48,22 @@ def payload_text(payload: Payload) -> Text:
     return Text(" ".join(f"{k}={json.dumps(v)}" for k, v in payload.items()))
 
 
+# Columns for tables when stdout is no terminal (a pipe, a file) and COLUMNS is unset: wide
+# enough that nothing wraps; a table is only as wide as its content.
+PIPED_WIDTH = 1000
+
+
+def console(width: int | None = None) -> Console:
+    """Where commands print tables: the terminal's width, or (piped) no wrapping at all;
+    ``--width`` (``width``) decides when given."""
+    if width is None and not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        width = PIPED_WIDTH
+    return Console(highlight=False, markup=False, width=width)
+
+
 def when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else ""
+    """A time in the machine's zone, which it names (``2026-11-24 03:29:19 UTC``)."""
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if value else ""
 
 
 def one_line(text: str) -> str:
@@ -65,6 +80,8 @@ class Settings:
     debug: bool = False
     schema: str | None = None
     app_path: str | None = None
+    # Columns for tables (--width); None: the terminal's, or no wrapping when piped.
+    width: int | None = None
     _app: App | None = None
 
     def app(self, *, needs_tasks: bool = False) -> App:

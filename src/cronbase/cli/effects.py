@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..effects import STATUSES, EffectRecord
-from .common import Settings, payload_text, when
+from .common import Settings, console, payload_text, when
 from .main import cli
 
 STYLES = {"processing": "bold yellow", "done": "green", "failed": "red"}
@@ -50,7 +49,7 @@ def list_effects(settings: Settings, status: str | None, limit: int, as_json: bo
     if as_json:
         click.echo(json.dumps([e.to_json() for e in found], indent=2))
         return
-    Console(highlight=False, markup=False).print(effects_table(found) if found else "no effects")
+    console(settings.width).print(effects_table(found) if found else "no effects")
 
 
 @effects.command("show")
@@ -69,7 +68,7 @@ def show_effect(settings: Settings, key: str, as_json: bool) -> None:
     for name, value in effect.to_json().items():
         if value not in (None, "", 0, False):
             table.add_row(name, Text(json.dumps(value) if isinstance(value, dict) else str(value)))
-    Console(highlight=False, markup=False).print(table)
+    console(settings.width).print(table)
 
 
 @effects.command("forget")

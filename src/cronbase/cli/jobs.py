@@ -7,14 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..admin import requeue_dead
 from ..audit import cli_actor
 from ..job import GRAPH_LIMIT, Job, JobAttempt, JobGraph, JobStatus
-from .common import STATUS_STYLES, Settings, status_text, when
+from .common import STATUS_STYLES, Settings, console, status_text, when
 from .main import cli
 
 
@@ -44,18 +43,18 @@ def list_jobs(
     if as_json:
         click.echo(json.dumps([job.to_json() for job in found], indent=2))
         return
-    console = Console(highlight=False, markup=False)
+    out = console(settings.width)
     if not found:
-        console.print("no jobs match")
+        out.print("no jobs match")
     else:
-        console.print(jobs_table(found))
+        out.print(jobs_table(found))
     totals: dict[JobStatus, int] = {}
     for _, job_status, count in app.jobs.counts():
         totals[job_status] = totals.get(job_status, 0) + count
     summary = Text("all jobs: ")
     for job_status in JobStatus:
         summary.append(f"{job_status.value} {totals.get(job_status, 0)}  ")
-    console.print(summary)
+    out.print(summary)
 
 
 def jobs_table(found: Sequence[Job], title: str | None = None) -> Table:
@@ -93,12 +92,12 @@ def show_job(settings: Settings, job_id: int, as_json: bool) -> None:
             shown["graph"] = graph.to_json()
         click.echo(json.dumps(shown, indent=2))
         return
-    console = Console(highlight=False, markup=False)
-    console.print(job_details(job))
+    out = console(settings.width)
+    out.print(job_details(job))
     if in_graph:
-        console.print(graph_text(graph, job.id))
+        out.print(graph_text(graph, job.id))
     for attempt in attempts:
-        console.print(attempt_text(attempt))
+        out.print(attempt_text(attempt))
 
 
 def graph_text(graph: JobGraph, current: int) -> Text:

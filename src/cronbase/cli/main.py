@@ -124,6 +124,12 @@ THREAD_JOIN_SECONDS = 1.0
     envvar="CRONBASE_APP",
     help="Your App, e.g. myproject.jobs:app (env CRONBASE_APP). Needed by worker, tick, enqueue and schedules add.",
 )
+@click.option(
+    "--width",
+    type=click.IntRange(min=40),
+    metavar="COLUMNS",
+    help="Width of printed tables. Default: the terminal's; no wrapping when piped.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -134,10 +140,12 @@ def cli(
     pooler: str | None,
     schema: str | None,
     app_path: str | None,
+    width: int | None,
 ) -> None:
     """cronbase: background and scheduled jobs on PostgreSQL."""
     settings = ctx.ensure_object(Settings)
     settings.debug = debug
+    settings.width = width
     settings.schema = schema
     settings.app_path = app_path
     setup_logging(debug, log_format)
@@ -408,7 +416,9 @@ def main(argv: Sequence[str] | None = None, *, prog_name: str = "cronbase") -> i
         click.echo("error: interrupted", err=True)
         return EXIT_INTERRUPTED
     except psycopg.errors.UndefinedTable as exc:
-        message = f"{_first_line(exc)}: run `{prog_name} migrate` first"
+        message = _missing_schema(settings, prog_name) or (
+            f"{_first_line(exc)}: run `{prog_name} migrate` first"
+        )
         return _fail(settings, exc, message, EXIT_BAD_INPUT)
     except psycopg.Error as exc:
         return _fail(settings, exc, f"database error: {_first_line(exc)}", EXIT_FAILED)
@@ -416,6 +426,30 @@ def main(argv: Sequence[str] | None = None, *, prog_name: str = "cronbase") -> i
         message = f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)"
         return _fail(settings, exc, message, EXIT_FAILED)
     return result if isinstance(result, int) else 0
+
+
+def _missing_schema(settings: Settings, prog_name: str) -> str | None:
+    """When the schema itself does not exist (a typo in --schema looks like "no jobs"
+    otherwise): say so, and name the schemas that hold cronbase's tables."""
+    app = settings._app
+    if app is None:
+        return None
+    try:
+        with app.db.connect(application_name="cronbase-cli") as conn:
+            if conn.execute("SELECT to_regnamespace(%s)", [app.schema]).fetchone() != (None,):
+                return None
+            found = conn.execute(
+                "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid"
+                " WHERE c.relname = 'jobs' AND c.relkind = 'r' AND EXISTS (SELECT FROM pg_class m"
+                "  WHERE m.relnamespace = n.oid AND m.relname = 'migrations') ORDER BY 1"
+            ).fetchall()
+    except (psycopg.Error, CronbaseError):
+        return None
+    names = ", ".join(repr(name) for (name,) in found) or "none"
+    return (
+        f"schema {app.schema!r} does not exist on {pool.masked(app.database_url)} (schemas with "
+        f"cronbase tables: {names}); a typo in --schema? `{prog_name} migrate` creates it"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -23,6 +22,7 @@ from .common import (
     EXIT_FAILED,
     STATUS_STYLES,
     Settings,
+    console,
     duration_text,
     parse_duration,
     status_text,
@@ -75,13 +75,13 @@ def stats(settings: Settings, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(overview.to_json(), indent=2))
         return
-    console = Console(highlight=False, markup=False)
-    console.print(stats_table(overview) if overview.queues else "no jobs")
+    out = console(settings.width)
+    out.print(stats_table(overview) if overview.queues else "no jobs")
     done = sum(m.succeeded for m in overview.minutes)
     failed = sum(m.failed for m in overview.minutes)
-    console.print(f"last hour: {done} attempts succeeded, {failed} failed")
+    out.print(f"last hour: {done} attempts succeeded, {failed} failed")
     for line in unserved_lines(overview):
-        console.print(line)
+        out.print(line)
 
 
 def unserved_lines(overview: Overview) -> list[str]:
@@ -110,10 +110,19 @@ def describe_queue(q: QueueState) -> str:
 
 
 @queues.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def list_queues(settings: Settings) -> None:
+def list_queues(settings: Settings, as_json: bool) -> None:
     """Queues with jobs, whether they are paused, and their limits; then the tasks' limits."""
     app = settings.app()
+    if as_json:
+        limits = [
+            {k: str(v) if isinstance(v, timedelta) else v for k, v in row.items()}
+            for row in app.db.fetch_all(app.queries.list_task_limits)
+        ]
+        shown = {"queues": [q.to_json() for q in app.queues.list()], "task_limits": limits}
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
     for q in app.queues.list():
         click.echo(describe_queue(q))
     for row in app.db.fetch_all(app.queries.list_task_limits):

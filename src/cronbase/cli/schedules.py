@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..audit import cli_actor
 from ..job import Payload
 from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
-from .common import Settings, app_option, parse_payload, payload_text
+from .common import Settings, app_option, console, parse_payload, payload_text
 from .main import cli
 
 
@@ -22,17 +22,20 @@ def local_time(schedule: Schedule, moment: datetime | None) -> str:
     return shown.strftime("%Y-%m-%d %H:%M %Z") if shown else ""
 
 
-def schedules_table(found: list[Schedule]) -> Table:
+def schedules_table(found: list[Schedule], now: datetime) -> Table:
     table = Table()
-    for column in ("key", "task", "cron", "zone", "catch-up", "last run", "next run", "payload"):
+    for column in ("key", "task", "when", "catch-up", "last run", "next run", "payload"):
         table.add_column(column, overflow="fold", no_wrap=column in ("last run", "next run"))
     for s in found:
-        next_run = Text("paused", style="yellow") if s.is_paused else local_time(s, s.next_fire_at)
+        next_run = (
+            Text("paused", style="yellow") if s.is_paused else Text(local_time(s, s.next_fire_at))
+        )
+        if s.overdue(now):
+            next_run.append(" overdue: is a scheduler running?", style="bold red")
         table.add_row(
             Text(s.key),
             Text(s.task),
-            Text(s.cron),
-            s.tz,
+            Text(f"{s.described}\n{s.cron}"),
             s.catch_up if s.catch_up != "all" else f"all (max {s.max_catch_up})",
             local_time(s, s.last_fired_at),
             next_run,
@@ -47,7 +50,10 @@ def describe(schedule: Schedule) -> str:
         if schedule.is_paused
         else f"next run {local_time(schedule, schedule.next_fire_at)}"
     )
-    return f"schedule {schedule.key!r} ({schedule.task}, {schedule.cron!r} {schedule.tz}): {state}"
+    return (
+        f"schedule {schedule.key!r} ({schedule.task}, {schedule.described}, cron "
+        f"{schedule.cron!r}): {state}"
+    )
 
 
 @cli.group()
@@ -64,8 +70,15 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([s.to_json() for s in found], indent=2))
         return
-    console = Console(highlight=False, markup=False)
-    console.print(schedules_table(found) if found else "no schedules")
+    out = console(settings.width)
+    now = datetime.now(UTC)
+    out.print(schedules_table(found, now) if found else "no schedules")
+    late = [s.key for s in found if s.overdue(now)]
+    if late:
+        out.print(
+            f"overdue: {', '.join(late)}: their next run has passed and nothing fired them; run "
+            "a worker (it ticks schedules) or `cronbase tick` from cron"
+        )
 
 
 @schedules.command("add")
@@ -137,6 +150,17 @@ def pause_schedule(settings: Settings, key: str) -> None:
 def resume_schedule(settings: Settings, key: str) -> None:
     """Fire a paused schedule again, from its next slot."""
     click.echo(describe(settings.app().schedules.resume(key)))
+
+
+@schedules.command("run-now")
+@click.argument("key")
+@click.pass_obj
+def run_now(settings: Settings, key: str) -> None:
+    """Enqueue schedule KEY's job now, once (its slots stay as they were); print its id."""
+    app = settings.app()
+    job_id = app.schedules.run_now(key)
+    app.audit.record(cli_actor(), "run_schedule", key, {"job_id": job_id})
+    click.echo(job_id)
 
 
 @schedules.command("remove")

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..fleet import WorkerInfo
-from .common import Settings
+from .common import Settings, console
 from .main import cli
 
 
@@ -61,14 +60,14 @@ def workers(settings: Settings, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([w.to_json() for w in found], indent=2))
         return
-    console = Console(highlight=False, markup=False)
+    out = console(settings.width)
     if not found:
-        console.print("no workers registered: start one with `cronbase worker`")
+        out.print("no workers registered: start one with `cronbase worker`")
         return
-    console.print(workers_table(found))
+    out.print(workers_table(found))
     gone = sum(1 for w in found if not w.alive)
     if gone:
-        console.print(
+        out.print(
             f"{gone} worker(s) not seen for over a minute: stopped without unregistering "
             "(killed, or the host is down); their jobs return once their leases run out"
         )

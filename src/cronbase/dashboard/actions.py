@@ -35,6 +35,7 @@ class Done:
     params: dict[str, Any]
     notice: str
     count: int | None = None
+    refused: int | None = None
 
 
 async def _field(request: Request, name: str) -> str:
@@ -52,6 +53,10 @@ def _optional_int(what: str, value: str) -> int | None:
         return int(value)
     except ValueError:
         raise CronbaseError(f"{what} {value!r} is not a whole number (or none)") from None
+
+
+BULK_ACTIONS = ("retry", "cancel", "delete")
+BULK_MAX = 500  # a page holds 50; a crafted form gets a bound
 
 
 class Actions:
@@ -72,7 +77,7 @@ class Actions:
         except CronbaseError as exc:  # refused: a job's state, an unknown schedule key, ...
             return self.renderer.error(request, 409, str(exc))
         await self.app.audit.record_async(who, action, done.target, done.detail)
-        shown = {"done": done.notice, "count": done.count}
+        shown = {"done": done.notice, "count": done.count, "refused": done.refused}
         url = route_path(request, done.route, **done.params) + query(**shown)
         if is_htmx(request):
             # A whole new page (htmx would follow a 303 inside its request and keep the URL).
@@ -98,6 +103,54 @@ class Actions:
             return Done(f"job:{job_id}", detail, "job", {"job_id": job_id}, "cancelled")
 
         return await self._run(request, "job.cancel", change)
+
+    async def bulk_jobs(self, request: Request) -> Response:
+        form = await request.form()
+        action = form.get("action")
+        if action not in BULK_ACTIONS:
+            raise HTTPException(
+                400, f"unknown bulk action {action!r}; one of: retry, cancel, delete"
+            )
+        raw = form.getlist("ids")
+        if not raw:
+            raise HTTPException(400, "select at least one job (the boxes in the first column)")
+        if len(raw) > BULK_MAX:
+            raise HTTPException(400, f"at most {BULK_MAX} jobs at once, got {len(raw)}")
+        try:
+            ids = sorted({int(str(value)) for value in raw})
+        except ValueError:
+            raise HTTPException(400, "job ids must be whole numbers") from None
+
+        async def change(who: str) -> Done:
+            done, refused = await self._bulk(str(action), ids)
+            detail = {"job_ids": done, "refused": refused}
+            notice = f"bulk-{action}"
+            target = f"jobs:{len(ids)}"
+            return Done(target, detail, "jobs", {}, notice, len(done), len(refused))
+
+        return await self._run(request, f"jobs.bulk_{action}", change)
+
+    async def _bulk(self, action: str, ids: list[int]) -> tuple[list[int], dict[str, str]]:
+        """Apply ``action`` to each job: the ids done, and why each other one was refused."""
+        if action == "delete":
+            rows = await self.app.db.fetch_all_async(
+                self.app.queries.delete_finished_jobs, {"ids": ids}
+            )
+            gone = sorted(r["id"] for r in rows)
+            why = "not found, or not finished (succeeded, dead or cancelled): cancel it first"
+            return gone, {str(i): why for i in ids if i not in set(gone)}
+        done, refused = [], {}
+        for job_id in ids:
+            try:
+                if action == "retry":
+                    await self.app.jobs.retry_async(job_id)
+                else:
+                    await self.app.jobs.cancel_async(job_id)
+            except CronbaseError as exc:  # its state, or gone
+                refused[str(job_id)] = str(exc)
+            else:
+                done.append(job_id)
+        return done, refused
 
     async def requeue_dead(self, request: Request) -> Response:
         task = await _field(request, "task")
@@ -159,6 +212,16 @@ class Actions:
             return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-paused")
 
         return await self._run(request, "schedule.pause", change)
+
+    async def run_schedule(self, request: Request) -> Response:
+        key = await _field(request, "key")
+
+        async def change(who: str) -> Done:
+            job_id = await self.app.schedules.run_now_async(key)
+            detail = {"job_id": job_id}
+            return Done(f"schedule:{key}", detail, "job", {"job_id": job_id}, "schedule-run")
+
+        return await self._run(request, "schedule.run_now", change)
 
     async def resume_schedule(self, request: Request) -> Response:
         key = await _field(request, "key")

@@ -22,7 +22,7 @@ from .actions import Actions
 from .auth import AuthMiddleware, Credentials
 from .csrf import CsrfCookieMiddleware, CsrfTokens
 from .pages import Pages
-from .render import Renderer
+from .render import Renderer, where
 
 STATIC = Path(__file__).parent / "static"
 
@@ -84,7 +84,7 @@ def create_app(
         raise ConfigurationError(f"long_running_after must be positive, got {long_running_after!r}")
     if page_size < 1:
         raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
-    renderer = Renderer()
+    renderer = Renderer(where(app.database_url, app.schema))
     pages = Pages(app, renderer, long_running_after=long_running_after, page_size=page_size)
     actions = Actions(app, renderer, CsrfTokens(csrf_secret))
     routes = [
@@ -102,6 +102,7 @@ def create_app(
         Route("/jobs/{job_id:int}/retry", actions.retry_job, methods=["POST"], name="retry_job"),
         Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="cancel_job"),
         Route("/dead/requeue", actions.requeue_dead, methods=["POST"], name="requeue_dead"),
+        Route("/jobs/bulk", actions.bulk_jobs, methods=["POST"], name="bulk_jobs"),
         Route("/queues/pause", actions.pause_queue, methods=["POST"], name="pause_queue"),
         Route("/queues/resume", actions.resume_queue, methods=["POST"], name="resume_queue"),
         Route("/queues/limit", actions.limit_queue, methods=["POST"], name="limit_queue"),
@@ -110,6 +111,7 @@ def create_app(
         Route(
             "/schedules/resume", actions.resume_schedule, methods=["POST"], name="resume_schedule"
         ),
+        Route("/schedules/run-now", actions.run_schedule, methods=["POST"], name="run_schedule"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = [

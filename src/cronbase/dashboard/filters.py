@@ -51,6 +51,26 @@ def until(moment: datetime | None, now: datetime | None = None) -> str:
     return "due" if left <= timedelta(0) else f"in {duration(left)}"
 
 
+def relative(moment: datetime | None, now: datetime | None = None) -> str:
+    """``3 min 05 s ago`` or ``in 4 min 05 s`` (the absolute time goes in the title)."""
+    if moment is None:
+        return ""
+    gap = moment - (now or datetime.now(UTC))
+    if abs(gap) < timedelta(seconds=1):
+        return "now"
+    return f"in {duration(gap)}" if gap > timedelta(0) else f"{duration(-gap)} ago"
+
+
+def took(job: Any, now: datetime | None = None) -> str:
+    """How long a job's last attempt ran (so far, while it runs); empty before it started."""
+    if job.started_at is None:
+        return ""
+    end = job.finished_at if job.finished_at is not None else None
+    if end is None and job.status.value != "running":
+        return ""
+    return duration((end or now or datetime.now(UTC)) - job.started_at)
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
@@ -82,6 +102,8 @@ FILTERS = {
     "duration": duration,
     "since": since,
     "until": until,
+    "relative": relative,
+    "took": took,
     "pretty_json": pretty_json,
     "compact_json": compact_json,
     "shorten": shorten,

@@ -117,6 +117,7 @@ class Pages:
                 "q": search or "",
             },
             "statuses": list(JobStatus),
+            "now": datetime.now(UTC),
             "queue_names": [q.name for q in queues],
             "task_names": sorted(self.app.tasks),
         }
@@ -230,8 +231,14 @@ class Pages:
 
     async def schedules(self, request: Request) -> Response:
         found = await asyncio.to_thread(self.app.schedules.list)
+        now = datetime.now(UTC)
         rows = [
-            {"schedule": s, "last": s.local(s.last_fired_at), "next": s.local(s.next_fire_at)}
+            {
+                "schedule": s,
+                "last": s.local(s.last_fired_at),
+                "next": s.local(s.next_fire_at),
+                "overdue": s.overdue(now),
+            }
             for s in found
         ]
         return self.renderer.page(request, "schedules.html", {"section": "schedules", "rows": rows})

@@ -8,12 +8,16 @@ from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ExceptionHandler
 
+from ..errors import DatabaseUnavailableError, DatabaseURLError
 from . import filters
 from .auth import actor
 from .csrf import FIELD, token
@@ -31,6 +35,10 @@ NOTICES = {
     "queue-rated": "Queue rate saved: it holds for all workers from their next claim.",
     "schedule-paused": "Schedule paused: its slots are skipped until it is resumed.",
     "schedule-resumed": "Schedule resumed from its next slot.",
+    "schedule-run": "The schedule's job was enqueued to run now; its slots stay as they were.",
+    "bulk-retry": "{count} job(s) queued again; {refused} refused (see the audit log).",
+    "bulk-cancel": "{count} job(s) cancelled; {refused} refused (see the audit log).",
+    "bulk-delete": "{count} job(s) deleted; {refused} refused (see the audit log).",
 }
 
 
@@ -63,12 +71,30 @@ def notice(request: Request) -> str | None:
     text = NOTICES.get(request.query_params.get("done", ""))
     if text is None:
         return None
-    count = request.query_params.get("count", "0")
-    return text.format(count=int(count) if count.isascii() and count.isdigit() else 0)
+    numbers = {
+        name: int(value) if value.isascii() and value.isdigit() else 0
+        for name in ("count", "refused")
+        for value in [request.query_params.get(name, "0")]
+    }
+    return text.format(**numbers)
+
+
+def where(url: str, schema: str) -> str:
+    """Which database and schema the pages show, for the header (no user, no password)."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return f"schema {schema}"
+    host = str(parts.get("host") or "local socket")
+    if host.startswith("/"):
+        host = "local socket"
+    port = parts.get("port")
+    at = f"{host}:{port}" if port else host
+    return f"schema {schema} · database {parts.get('dbname') or '?'} on {at}"
 
 
 class Renderer:
-    def __init__(self) -> None:
+    def __init__(self, where: str = "") -> None:
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES),
             autoescape=True,
@@ -77,7 +103,7 @@ class Renderer:
             lstrip_blocks=True,
         )
         env.filters.update(filters.FILTERS)
-        env.globals.update(path_for=path_for, query=query, csrf_field=FIELD)
+        env.globals.update(path_for=path_for, query=query, csrf_field=FIELD, where=where)
         self.templates = Jinja2Templates(env=env)
 
     def page(
@@ -107,4 +133,17 @@ class Renderer:
             assert isinstance(exc, HTTPException)
             return self.error(request, exc.status_code, exc.detail)
 
-        return {HTTPException: http_error}
+        async def database_down(request: Request, exc: Exception) -> Response:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if is_htmx(request):  # a live part's refresh: keep the page, say so in the flash
+                return self.error(request, 503, f"database unreachable, retrying: {reason}")
+            context = {"status": 503, "message": reason, "retry_url": str(request.url)}
+            return self.page(request, "unreachable.html", context, 503)
+
+        return {
+            HTTPException: http_error,
+            psycopg.OperationalError: database_down,
+            PoolTimeout: database_down,
+            DatabaseURLError: database_down,
+            DatabaseUnavailableError: database_down,
+        }

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import threading
 from datetime import timedelta
 
@@ -28,6 +30,30 @@ def check_bind(host: str, auth: Credentials | None) -> None:
         )
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; ConfigurationError naming them when it is taken."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ConfigurationError(f"cannot serve the dashboard on {host!r}: {exc}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = (
+            "the port is in use (another dashboard?)"
+            if exc.errno == errno.EADDRINUSE
+            else (exc.strerror or type(exc).__name__).lower()
+        )
+        raise ConfigurationError(
+            f"cannot serve the dashboard on {host}:{port}: {why}; choose another with --port"
+        ) from None
+    return sock
+
+
 def serve(
     app: App,
     *,
@@ -38,6 +64,8 @@ def serve(
 ) -> None:
     """Blocks until SIGINT/SIGTERM; closes the App's pools on the way out."""
     check_bind(host, auth)
+    # Bound before the URL is announced: a port in use is one line, not a URL then exit 3.
+    sock = bind(host, port)
     web = create_app(app, auth=auth, long_running_after=long_running_after)
     config = uvicorn.Config(web, host=host, port=port, log_level="info", lifespan="off")
     server = uvicorn.Server(config)
@@ -46,8 +74,9 @@ def serve(
 
     async def run() -> None:
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
+            sock.close()
             await app.aclose()
 
     if threading.current_thread() is not threading.main_thread():

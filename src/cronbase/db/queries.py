@@ -96,6 +96,7 @@ class Queries:
     worker_overview: bytes
     list_scheduled_jobs: bytes
     count_prunable: bytes
+    delete_finished_jobs: bytes
     list_unserved_jobs: bytes
     database_now: bytes
     upsert_schedule: bytes

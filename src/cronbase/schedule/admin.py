@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..client import JobOptions, defer_one_async, defer_one_sync
 from ..errors import ScheduleError
 from ..job import Payload
 from ..task import find_task
 from .cron import Cron
-from .scheduler import Schedule, ScheduleSpec, upsert_params
+from .scheduler import Schedule, ScheduleSpec, scheduled_payload, upsert_params
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -126,6 +128,26 @@ class Schedules:
         following = Cron.parse(current.cron, current.tz).next_after(await self._now_async())
         params = {"key": key, "next_fire_at": following}
         return _found(await self.db.fetch_one_async(self.db.queries.resume_schedule, params), key)
+
+    def _run_now_insert(self, schedule: Schedule, now: datetime) -> tuple[str, JobOptions, Payload]:
+        """The job a *run now* enqueues: the schedule's task and payload, its slot time now, the
+        task's options when this process registers the task (the schedule's queue wins)."""
+        task = self.tasks.get(schedule.task)
+        base = task.options() if task is not None else JobOptions()
+        options = replace(base, queue=schedule.queue or base.queue)
+        return schedule.task, options, scheduled_payload(schedule.payload, now)
+
+    def run_now(self, key: str) -> int:
+        """Enqueue the schedule's job now, once, beside its slots (which stay as they were);
+        returns the job's id."""
+        schedule = self.get(key)
+        task, options, payload = self._run_now_insert(schedule, self._now())
+        return defer_one_sync(self.db, task, options, payload, None)
+
+    async def run_now_async(self, key: str) -> int:
+        schedule = await self.get_async(key)
+        task, options, payload = self._run_now_insert(schedule, await self._now_async())
+        return await defer_one_async(self.db, task, options, payload, None)
 
     def remove(self, key: str) -> None:
         if self.db.fetch_one(self.db.queries.remove_schedule, {"key": key}) is None:

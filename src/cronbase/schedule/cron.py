@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cron_descriptor import ExpressionDescriptor, Options  # type: ignore[import-untyped]
 from cronsim import CronSim, CronSimError
 
 from ..errors import ScheduleError
@@ -127,3 +128,16 @@ class Cron:
             found.append(fire_utc)
         found.reverse()
         return found
+
+
+def describe(expression: str, tz: str) -> str:
+    """The expression in words, in its zone: ``At 08:00, Monday through Friday
+    (Europe/Berlin)``; the expression itself when it has no description (cron-descriptor)."""
+    expanded = ALIASES.get(" ".join(expression.split()).lower(), expression)
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        words = ExpressionDescriptor(expanded, options).get_description()
+    except Exception:  # its own error types vary by version; the raw expression still reads
+        return f"{expression} ({tz})"
+    return f"{words} ({tz})"

@@ -24,7 +24,7 @@ from ..errors import ScheduleError
 from ..job import Payload
 from ..limits import check_key, check_name
 from ..task import SCHEDULED_AT, find_task
-from .cron import Cron
+from .cron import Cron, describe
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -97,6 +97,11 @@ class ScheduleSpec:
         )
 
 
+# How late a slot may be before a schedule shows as overdue: ticks run every few seconds, so a
+# minute late means nothing is ticking.
+OVERDUE_AFTER = timedelta(minutes=1)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A snapshot of one row of cronbase.schedules."""
@@ -126,6 +131,17 @@ class Schedule:
             for f in fields(self)
             for v in [getattr(self, f.name)]
         }
+
+    @property
+    def described(self) -> str:
+        """The cron expression in words, with its zone (``At 08:00, only on Monday
+        (Europe/Berlin)``)."""
+        return describe(self.cron, self.tz)
+
+    def overdue(self, now: datetime) -> bool:
+        """Active, and its next slot passed more than OVERDUE_AFTER ago: no scheduler (a
+        worker with schedule=True, or ``cronbase tick`` from cron) is running."""
+        return not self.is_paused and self.next_fire_at < now - OVERDUE_AFTER
 
     def local(self, moment: datetime | None) -> datetime | None:
         """A moment in the schedule's own time zone (for people)."""

@@ -200,3 +200,10 @@ SELECT status, count(*) AS n FROM {schema}.jobs
 WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
 GROUP BY status
 ORDER BY status;
+
+-- name: delete_finished_jobs
+-- The dashboard's bulk delete: finished jobs only (a waiting or running job is cancelled first,
+-- so a worker never loses a row under its lease); their attempts go with them (the foreign key).
+DELETE FROM {schema}.jobs
+WHERE id = ANY (%(ids)s::bigint[]) AND status IN ('succeeded', 'dead', 'cancelled')
+RETURNING id;
