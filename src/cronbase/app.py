@@ -28,7 +28,16 @@ from .queues import Queues
 from .retry import Backoff
 from .schedule.admin import Schedules
 from .schedule.scheduler import ScheduleSpec
-from .stats import Overview, UnservedJobs, overview, overview_async, unserved_jobs
+from .stats import (
+    Overview,
+    TaskStats,
+    UnservedJobs,
+    overview,
+    overview_async,
+    task_stats,
+    task_stats_async,
+    unserved_jobs,
+)
 from .task import Task, TaskDefaults, check_steering, check_unique, find_task
 
 if TYPE_CHECKING:
@@ -343,6 +352,14 @@ class App:
 
     async def stats_async(self) -> Overview:
         return await overview_async(self.db)
+
+    def task_stats(self, window: timedelta = timedelta(hours=1)) -> list[TaskStats]:
+        """Per task and queue over the last ``window``: attempts ended per minute, failure rate,
+        p50/p95 run time of the successes."""
+        return task_stats(self.db, window)
+
+    async def task_stats_async(self, window: timedelta = timedelta(hours=1)) -> list[TaskStats]:
+        return await task_stats_async(self.db, window)
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker (the live ones first): host, pid, queues, tasks, busy slots

@@ -183,3 +183,69 @@ def unserved_jobs(db: Database) -> list[UnservedJobs]:
 async def unserved_jobs_async(db: Database) -> list[UnservedJobs]:
     rows = await db.fetch_all_async(db.queries.list_unserved_jobs, {"live_within": LIVE_WITHIN})
     return [UnservedJobs.from_row(r) for r in rows]
+
+
+# The windows task_stats is asked over, by name (the dashboard's selector, --window).
+WINDOWS = {
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+}
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """One task in one queue over a window: attempts that ended, and how long successes took."""
+
+    task: str
+    queue: str
+    succeeded: int
+    failed: int  # failed (retrying), dead or lost
+    p50: float | None  # seconds, over the successes
+    p95: float | None
+    window: timedelta
+
+    @property
+    def per_minute(self) -> float:
+        return (self.succeeded + self.failed) / (self.window.total_seconds() / 60)
+
+    @property
+    def failure_rate(self) -> float:
+        ended = self.succeeded + self.failed
+        return self.failed / ended if ended else 0.0
+
+    @classmethod
+    def from_row(cls, row: Row, window: timedelta) -> TaskStats:
+        return cls(
+            row["task"],
+            row["queue"],
+            int(row["succeeded"]),
+            int(row["failed"]),
+            row["p50"],
+            row["p95"],
+            window,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "queue": self.queue,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "per_minute": round(self.per_minute, 3),
+            "failure_rate": round(self.failure_rate, 4),
+            "p50_seconds": self.p50,
+            "p95_seconds": self.p95,
+            "window_seconds": self.window.total_seconds(),
+        }
+
+
+def task_stats(db: Database, window: timedelta) -> list[TaskStats]:
+    rows = db.fetch_all(db.queries.task_stats, {"window": window})
+    return [TaskStats.from_row(r, window) for r in rows]
+
+
+async def task_stats_async(db: Database, window: timedelta) -> list[TaskStats]:
+    rows = await db.fetch_all_async(db.queries.task_stats, {"window": window})
+    return [TaskStats.from_row(r, window) for r in rows]

@@ -577,3 +577,21 @@ def test_bulk_actions_refuse_bad_forms_with_one_line(
         assert message in refused.text
     assert db.execute("SELECT status FROM cronbase.jobs").fetchall() == [("queued",)]
     assert audit_rows(db) == []
+
+
+def test_the_tasks_page_shows_rates_failures_and_durations_per_window(
+    client: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
+    from tests.e2e.test_cli_operator import seed_task_history
+
+    seed_task_history(db)
+    page = client.get("/tasks").text
+    record = page.split('data-task="record"')[1].split("</tr>")[0]
+    cells = [c.split("</td>")[0].rsplit(">", 1)[-1] for c in record.split("<td")[3:]]
+    assert cells == ["4", "0", "0.0%", "0.07", "2.5 s", "8.9 s"]
+    explode = page.split('data-task="explode"')[1].split("</tr>")[0]
+    assert "100.0%" in explode
+    week = client.get("/tasks?window=7d").text
+    assert 'aria-current="true">7d</a>' in week
+    assert week.split('data-task="record"')[1].split("</tr>")[0].count(">5</td>") == 1
+    assert client.get("/tasks?window=3h").status_code == 400

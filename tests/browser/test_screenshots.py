@@ -38,10 +38,15 @@ def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> tuple[int, int]:
     tasks["build_report"].configure(priority=10).defer(team="ops")
     cancelled = tasks["send_email"].defer(to="nobody@example.com")
     app.jobs.cancel(cancelled)
-    # Backdate a few successes so the chart spreads over the hour.
+    # Backdate the successes (job rows, and history) so the chart spreads over the hour.
     db.execute(
         "UPDATE cronbase.job_attempts SET finished_at = finished_at - (job_id % 40) * "
         "interval '1 minute' WHERE outcome = 'succeeded'"
+    )
+    db.execute(
+        "UPDATE cronbase.jobs SET finished_at = finished_at - (id * 7 % 55) * interval '1 minute',"
+        " started_at = started_at - (id * 7 % 55) * interval '1 minute' - interval '2 seconds'"
+        " WHERE status = 'succeeded'"
     )
     app.schedules.add(
         "build_report",

@@ -145,3 +145,56 @@ def test_queues_list_prints_json(database_url: str) -> None:
         }
     ]
     assert listed["task_limits"] == []
+
+
+def seed_task_history(db: psycopg.Connection[Any]) -> None:
+    """record: 4 successes of 1, 2, 3 and 10 s in the last hour, one 2 days ago, and 1 failed
+    attempt (history) in the last hour."""
+    for n, secs in enumerate((1, 2, 3, 10)):
+        db.execute(
+            "INSERT INTO cronbase.jobs (task, queue, payload, status, attempts, started_at,"
+            " finished_at) VALUES ('record', 'default', %s, 'succeeded', 1,"
+            " now() - interval '10 minutes' - make_interval(secs => %s),"
+            " now() - interval '10 minutes')",
+            (json.dumps({"n": n}), secs),
+        )
+    db.execute(
+        "INSERT INTO cronbase.jobs (task, queue, status, attempts, started_at, finished_at)"
+        " VALUES ('record', 'default', 'succeeded', 1, now() - interval '2 days 1 minute',"
+        " now() - interval '2 days')"
+    )
+    row = db.execute(
+        "INSERT INTO cronbase.jobs (task, queue, status, attempts) VALUES"
+        " ('explode', 'default', 'failed', 1) RETURNING id"
+    ).fetchone()
+    assert row is not None
+    db.execute(
+        "INSERT INTO cronbase.job_attempts (job_id, attempt, started_at, finished_at, outcome)"
+        " VALUES (%s, 1, now() - interval '5 minutes', now() - interval '5 minutes', 'failed')",
+        (row[0],),
+    )
+
+
+def test_tasks_reports_rates_failures_and_durations_over_a_window(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    seed_task_history(db)
+    found = json.loads(ok(cronbase(database_url, "tasks", "--json")))
+    by_task = {t["task"]: t for t in found}
+    record = by_task["record"]
+    assert (record["succeeded"], record["failed"], record["failure_rate"]) == (4, 0, 0.0)
+    assert record["p50_seconds"] == 2.5
+    assert round(record["p95_seconds"], 2) == 8.95
+    assert record["per_minute"] == round(4 / 60, 3)
+    explode = by_task["explode"]
+    assert (explode["succeeded"], explode["failed"], explode["failure_rate"]) == (0, 1, 1.0)
+    week = {
+        t["task"]: t
+        for t in json.loads(ok(cronbase(database_url, "tasks", "--window", "7d", "--json")))
+    }
+    assert week["record"]["succeeded"] == 5
+    table = ok(cronbase(database_url, "tasks", COLUMNS=""))
+    assert "tasks, last 1h" in table
+    assert "100.0%" in table
+    bad = cronbase(database_url, "tasks", "--window", "3h")
+    assert bad.returncode == 2

@@ -17,7 +17,7 @@ from ..job import JobStatus
 from ..limits import check_name
 from ..maintenance import PRUNABLE, count_prunable, prune
 from ..queues import QueueState, limit_params, rate_params
-from ..stats import Overview
+from ..stats import WINDOWS, Overview
 from .common import (
     EXIT_FAILED,
     STATUS_STYLES,
@@ -33,6 +33,8 @@ from .main import cli
 def _seconds(value: float | None) -> str:
     if value is None:
         return ""
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
     if value < 120:
         return f"{value:.1f}s"
     return f"{value / 60:.0f}m" if value < 7200 else f"{value / 3600:.1f}h"
@@ -82,6 +84,45 @@ def stats(settings: Settings, as_json: bool) -> None:
     out.print(f"last hour: {done} attempts succeeded, {failed} failed")
     for line in unserved_lines(overview):
         out.print(line)
+
+
+@cli.command("tasks")
+@click.option(
+    "--window",
+    type=click.Choice(list(WINDOWS)),
+    default="1h",
+    show_default=True,
+    help="Over the last ...",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def tasks_command(settings: Settings, window: str, as_json: bool) -> None:
+    """Per task and queue: attempts per minute, failure rate, p50/p95 run time."""
+    found = settings.app().task_stats(WINDOWS[window])
+    if as_json:
+        click.echo(json.dumps([t.to_json() for t in found], indent=2))
+        return
+    out = console(settings.width)
+    if not found:
+        out.print(f"no attempt ended in the last {window}")
+        return
+    table = Table(title=f"tasks, last {window}")
+    for column in ("task", "queue", "succeeded", "failed", "failure rate", "per minute"):
+        table.add_column(column, justify="left" if column in ("task", "queue") else "right")
+    table.add_column("p50", justify="right")
+    table.add_column("p95", justify="right")
+    for t in found:
+        table.add_row(
+            Text(t.task),
+            Text(t.queue),
+            str(t.succeeded),
+            str(t.failed),
+            f"{t.failure_rate:.1%}",
+            f"{t.per_minute:.2f}",
+            _seconds(t.p50),
+            _seconds(t.p95),
+        )
+    out.print(table)
 
 
 def unserved_lines(overview: Overview) -> list[str]:

@@ -95,6 +95,7 @@ def create_app(
         Route("/long-running", pages.long_running, name="long_running"),
         Route("/workers", pages.workers, name="workers"),
         Route("/scheduled", pages.scheduled, name="scheduled"),
+        Route("/tasks", pages.tasks, name="tasks"),
         Route("/schedules", pages.schedules, name="schedules"),
         Route("/effects", pages.effects, name="effects"),
         Route("/audit", pages.audit, name="audit"),

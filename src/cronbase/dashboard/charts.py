@@ -31,7 +31,10 @@ def throughput_svg(minutes: Sequence[Minute]) -> Markup:
         f'aria-label="attempts per minute over the last hour, at most {peak} in a minute">',
         f'<line class="axis" x1="{AXIS}" y1="{plot_h + 4}" x2="{WIDTH}" y2="{plot_h + 4}"/>',
         f'<text class="label" x="{AXIS - 4}" y="12" text-anchor="end">{peak}</text>',
+        f'<text class="label" x="{AXIS - 4}" y="{plot_h / 2 + 8:.0f}" text-anchor="end">'
+        f"{peak / 2:g}</text>",
         f'<text class="label" x="{AXIS - 4}" y="{plot_h + 4}" text-anchor="end">0</text>',
+        f'<text class="label axis-title" x="{AXIS + 4}" y="12">attempts per minute</text>',
     ]
     for i, minute in enumerate(minutes):
         x = AXIS + i * slot + 1
@@ -58,12 +61,16 @@ def throughput_svg(minutes: Sequence[Minute]) -> Markup:
                 f'width="{bar:.1f}" height="{bad_h:.1f}"/>'
             )
         parts.append("</g>")
-    if minutes:
-        first, last = minutes[0].start, minutes[-1].start
+    # The time axis: a tick and a label every ten minutes (UTC), the first one with its zone.
+    for i, minute in enumerate(minutes):
+        if minute.start.minute % 10:
+            continue
+        x = AXIS + i * slot + slot / 2
+        zone = " UTC" if not any(m.start.minute % 10 == 0 for m in minutes[:i]) else ""
         parts.append(
-            f'<text class="label" x="{AXIS}" y="{HEIGHT - 4}">{first:%H:%M} UTC</text>'
-            f'<text class="label" x="{WIDTH}" y="{HEIGHT - 4}" text-anchor="end">'
-            f"{last:%H:%M} UTC</text>"
+            f'<line class="axis" x1="{x:.1f}" y1="{plot_h + 4}" x2="{x:.1f}" y2="{plot_h + 8}"/>'
+            f'<text class="label" x="{x:.1f}" y="{HEIGHT - 4}" text-anchor="middle">'
+            f"{minute.start:%H:%M}{zone}</text>"
         )
     parts.append("</svg>")
     return Markup("".join(parts))  # numbers and escaped text only

@@ -19,6 +19,7 @@ from ..effects import STATUSES as EFFECT_STATUSES
 from ..errors import JobNotFoundError
 from ..job import GRAPH_LIMIT, JobStatus
 from ..metrics import database_registry
+from ..stats import WINDOWS
 from . import filters
 from .charts import throughput_svg
 from .render import Renderer
@@ -173,6 +174,19 @@ class Pages:
             "graph": graph if graph.total > 1 else None,
         }
         return self.renderer.page(request, "job.html", context)
+
+    async def tasks(self, request: Request) -> Response:
+        window = request.query_params.get("window") or "1h"
+        if window not in WINDOWS:
+            raise HTTPException(400, f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
+        found = await self.app.task_stats_async(WINDOWS[window])
+        context = {
+            "section": "tasks",
+            "tasks": found,
+            "window": window,
+            "windows": list(WINDOWS),
+        }
+        return self.renderer.page(request, "tasks.html", context)
 
     async def scheduled(self, request: Request) -> Response:
         params = request.query_params

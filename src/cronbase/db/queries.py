@@ -97,6 +97,7 @@ class Queries:
     list_scheduled_jobs: bytes
     count_prunable: bytes
     delete_finished_jobs: bytes
+    task_stats: bytes
     list_unserved_jobs: bytes
     database_now: bytes
     upsert_schedule: bytes

@@ -207,3 +207,28 @@ ORDER BY status;
 DELETE FROM {schema}.jobs
 WHERE id = ANY (%(ids)s::bigint[]) AND status IN ('succeeded', 'dead', 'cancelled')
 RETURNING id;
+
+-- name: task_stats
+-- Per task and queue, over the last %(window)s: attempts that ended, succeeded and failed
+-- (failed, dead or lost), and the p50/p95 run time of the successes. Successes are the job rows
+-- (jobs_status_finished_idx) and the history's successes of jobs since retried; failures are
+-- the history's (job_attempts_finished_idx).
+WITH ended AS (
+    SELECT task, queue, true AS ok, extract(epoch FROM finished_at - started_at)::float8 AS secs
+    FROM {schema}.jobs
+    WHERE status = 'succeeded' AND finished_at > now() - %(window)s::interval
+    UNION ALL
+    SELECT j.task, j.queue, a.outcome = 'succeeded',
+           extract(epoch FROM a.finished_at - a.started_at)::float8
+    FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+    WHERE a.finished_at > now() - %(window)s::interval
+      AND a.outcome IN ('succeeded', 'failed', 'dead', 'lost')
+)
+SELECT task, queue,
+       count(*) FILTER (WHERE ok) AS succeeded,
+       count(*) FILTER (WHERE NOT ok) AS failed,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY secs) FILTER (WHERE ok) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY secs) FILTER (WHERE ok) AS p95
+FROM ended
+GROUP BY task, queue
+ORDER BY task, queue;
