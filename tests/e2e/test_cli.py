@@ -314,7 +314,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         ["--schema", "never_migrated", "jobs", "list"],
-        'relation "never_migrated.jobs" does not exist: run `cronbase migrate` first',
+        "schema 'never_migrated' does not exist on ",
         id="schema-not-migrated",
     ),
     pytest.param(

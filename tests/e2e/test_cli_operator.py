@@ -198,3 +198,34 @@ def test_tasks_reports_rates_failures_and_durations_over_a_window(
     assert "100.0%" in table
     bad = cronbase(database_url, "tasks", "--window", "3h")
     assert bad.returncode == 2
+
+
+def test_audit_lists_operator_actions_newest_first(database_url: str) -> None:
+    assert ok(cronbase(database_url, "audit")).strip() == "no operator actions recorded yet"
+    ok(cronbase(database_url, "--app", APP, "enqueue", "record", "--payload", '{"n": 1}'))
+    ok(cronbase(database_url, "queues", "pause", "default"))
+    ok(cronbase(database_url, "queues", "resume", "default"))
+    entries = json.loads(ok(cronbase(database_url, "audit", "--json")))
+    assert [(e["action"], e["target"]) for e in entries] == [
+        ("resume_queue", "default"),
+        ("pause_queue", "default"),
+    ]
+    assert entries[0]["at"].endswith("+00:00")
+    assert len(json.loads(ok(cronbase(database_url, "audit", "--json", "--limit", "1")))) == 1
+    table = ok(cronbase(database_url, "audit", COLUMNS="", TZ="UTC"))
+    assert "pause_queue" in table
+    assert " UTC" in table
+
+
+def test_migrating_a_new_schema_beside_an_existing_one_says_so(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    try:
+        out = ok(cronbase(database_url, "--schema", "cronbsae", "migrate"))
+        assert out.splitlines()[-1] == (
+            "note: 'cronbsae' is a new schema; cronbase tables were already in 'cronbase'"
+        )
+        again = ok(cronbase(database_url, "--schema", "cronbsae", "migrate"))
+        assert "note:" not in again  # an existing schema: nothing to point out
+    finally:
+        db.execute("DROP SCHEMA IF EXISTS cronbsae CASCADE")

@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import psycopg
@@ -24,6 +24,9 @@ from ..db import migrate as migrations
 from ..db import pool
 from ..errors import CronbaseError, WorkerFatalError
 from ..job import Payload
+
+if TYPE_CHECKING:
+    from ..app import App
 from .common import (
     DEFAULT_SCHEMA,
     EXIT_BAD_INPUT,
@@ -166,12 +169,17 @@ def cli(
 def migrate(settings: Settings) -> None:
     """Create or upgrade the cronbase tables."""
     app = settings.app()
+    others = _cronbase_schemas(app)
     applied = app.migrate()
     where = f"schema {app.schema!r} on {pool.masked(app.database_url)}"
     for name in applied:
         click.echo(f"applied {name}")
     state = "migrated to" if applied else "up to date at"
     click.echo(f"{where}: {state} version {migrations.LATEST_VERSION}")
+    if others is not None and app.schema not in others and others:
+        # A new schema beside existing ones: say so, a typo in --schema would go unseen.
+        names = ", ".join(repr(name) for name in others)
+        click.echo(f"note: {app.schema!r} is a new schema; cronbase tables were already in {names}")
 
 
 @cli.command()
@@ -428,6 +436,20 @@ def main(argv: Sequence[str] | None = None, *, prog_name: str = "cronbase") -> i
     return result if isinstance(result, int) else 0
 
 
+def _cronbase_schemas(app: App) -> list[str] | None:
+    """The schemas of this database that hold cronbase's tables (None: could not look)."""
+    try:
+        with app.db.connect(application_name="cronbase-cli") as conn:
+            rows = conn.execute(
+                "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid"
+                " WHERE c.relname = 'jobs' AND c.relkind = 'r' AND EXISTS (SELECT FROM pg_class m"
+                "  WHERE m.relnamespace = n.oid AND m.relname = 'migrations') ORDER BY 1"
+            ).fetchall()
+    except (psycopg.Error, CronbaseError):
+        return None
+    return [name for (name,) in rows]
+
+
 def _missing_schema(settings: Settings, prog_name: str) -> str | None:
     """When the schema itself does not exist (a typo in --schema looks like "no jobs"
     otherwise): say so, and name the schemas that hold cronbase's tables."""
@@ -438,14 +460,10 @@ def _missing_schema(settings: Settings, prog_name: str) -> str | None:
         with app.db.connect(application_name="cronbase-cli") as conn:
             if conn.execute("SELECT to_regnamespace(%s)", [app.schema]).fetchone() != (None,):
                 return None
-            found = conn.execute(
-                "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid"
-                " WHERE c.relname = 'jobs' AND c.relkind = 'r' AND EXISTS (SELECT FROM pg_class m"
-                "  WHERE m.relnamespace = n.oid AND m.relname = 'migrations') ORDER BY 1"
-            ).fetchall()
     except (psycopg.Error, CronbaseError):
         return None
-    names = ", ".join(repr(name) for (name,) in found) or "none"
+    found = _cronbase_schemas(app) or []
+    names = ", ".join(repr(name) for name in found) or "none"
     return (
         f"schema {app.schema!r} does not exist on {pool.masked(app.database_url)} (schemas with "
         f"cronbase tables: {names}); a typo in --schema? `{prog_name} migrate` creates it"

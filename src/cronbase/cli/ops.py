@@ -26,6 +26,7 @@ from .common import (
     duration_text,
     parse_duration,
     status_text,
+    when,
 )
 from .main import cli
 
@@ -356,3 +357,30 @@ def check(
         click.echo("check failed: " + "; ".join(problems), err=True)
         ctx.exit(EXIT_FAILED)
     click.echo("ok")
+
+
+@cli.command("audit")
+@click.option(
+    "--limit", type=click.IntRange(min=1, max=10_000), default=50, show_default=True,
+    help="The newest this many entries.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def audit_command(settings: Settings, limit: int, as_json: bool) -> None:
+    """Operator actions from the command line and the dashboard, newest first."""
+    found = settings.app().audit.list(limit=limit)
+    if as_json:
+        shown = [{**vars(e), "at": e.at.isoformat()} for e in found]
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    out = console(settings.width)
+    if not found:
+        out.print("no operator actions recorded yet")
+        return
+    table = Table(title="audit log")
+    for column in ("at", "who", "action", "target", "detail"):
+        table.add_column(column)
+    for e in found:
+        detail = json.dumps(e.detail, separators=(",", ":")) if e.detail else ""
+        table.add_row(when(e.at), Text(e.actor), Text(e.action), Text(e.target), Text(detail))
+    out.print(table)
