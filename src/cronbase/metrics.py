@@ -51,6 +51,11 @@ class DatabaseCollector(Collector):
         paused = GaugeMetricFamily(
             "cronbase_queue_paused", "1 when the queue is paused", labels=["queue"]
         )
+        scheduled = GaugeMetricFamily(
+            "cronbase_queue_scheduled_jobs",
+            "Queued jobs whose run_at is still ahead (counted in cronbase_queue_jobs queued too)",
+            labels=["queue"],
+        )
         heartbeat = GaugeMetricFamily(
             "cronbase_worker_heartbeat_age_seconds",
             "Seconds since each registered worker last renewed its leases",
@@ -70,10 +75,11 @@ class DatabaseCollector(Collector):
                 depth.add_metric([q.queue, status.value], q.counts[status])
             oldest.add_metric([q.queue], q.oldest_wait or 0.0)
             paused.add_metric([q.queue], 1 if q.is_paused else 0)
+            scheduled.add_metric([q.queue], q.scheduled)
         for w in workers:
             heartbeat.add_metric([w["id"]], w["heartbeat_age"])
         up.add_metric([], 1)
-        yield from (depth, oldest, paused, heartbeat, up)
+        yield from (depth, oldest, paused, scheduled, heartbeat, up)
 
 
 class _DurationSeries:

@@ -277,3 +277,24 @@ def test_bulk_retry_and_delete_selected_jobs_with_confirmation_and_audit(
     assert db.execute("SELECT id FROM cronbase.jobs WHERE id = ANY(%s)", (dead,)).fetchall() == [
         (dead[1],)
     ]
+
+
+def test_tasks_page_switches_windows_and_the_header_names_the_database(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    for n in range(3):
+        test_app.tasks["send_email"].defer(to=f"u{n}@x.y")
+    test_app.tasks["flaky"].defer(n=7)
+    run_burst(test_app)
+    page.goto("/")
+    expect(page.locator("#where")).to_contain_text("schema cronbase · database cronbase_test_")
+    page.get_by_role("link", name="Tasks", exact=True).click()
+    emails = page.locator("tr[data-task='send_email']")
+    expect(emails).to_contain_text("3")
+    expect(emails).to_contain_text("0.0%")
+    flaky = page.locator("tr[data-task='flaky']")
+    expect(flaky).to_contain_text("100.0%")
+    page.get_by_role("link", name="7d", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/tasks\?window=7d"))
+    expect(page.locator("h1")).to_contain_text("in the last 7d")
+    expect(page.locator("tr[data-task='send_email']")).to_contain_text("3")

@@ -332,10 +332,12 @@ def test_every_page_answers(client: httpx.Client, test_app: cronbase.App) -> Non
 
 def test_metrics(client: httpx.Client, test_app: cronbase.App) -> None:
     test_app.tasks["send_email"].defer(to="a@b.c")
+    test_app.tasks["send_email"].configure(delay=timedelta(hours=1)).defer(to="later@b.c")
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    assert 'cronbase_queue_jobs{queue="emails",status="queued"} 1.0' in response.text
+    assert 'cronbase_queue_jobs{queue="emails",status="queued"} 2.0' in response.text
+    assert 'cronbase_queue_scheduled_jobs{queue="emails"} 1.0' in response.text
     assert "cronbase_database_up 1.0" in response.text
 
 

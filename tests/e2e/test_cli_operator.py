@@ -4,6 +4,7 @@ says what to do, and nothing changes; a duplicate key says so; prune can show be
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,26 @@ def test_migrating_a_new_schema_beside_an_existing_one_says_so(
         assert "note:" not in again  # an existing schema: nothing to point out
     finally:
         db.execute("DROP SCHEMA IF EXISTS cronbsae CASCADE")
+
+
+def test_record_commands_print_json_and_tables_say_how_far_times_are(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    enqueue = ("--app", APP, "enqueue", "record", "--payload", '{"n": 1}', "--delay", "7200")
+    later = int(ok(cronbase(database_url, *enqueue)))
+    listed = ok(cronbase(database_url, "jobs", "list", COLUMNS="", TZ="UTC"))
+    row = next(line for line in listed.splitlines() if f" {later} " in line)
+    assert "in 2h" in row
+    cancelled = json.loads(ok(cronbase(database_url, "jobs", "cancel", str(later), "--json")))
+    assert (cancelled["id"], cancelled["status"]) == (later, "cancelled")
+    retried = json.loads(ok(cronbase(database_url, "jobs", "retry", str(later), "--json")))
+    assert (retried["id"], retried["status"]) == (later, "queued")
+    add = ("--app", APP, "schedules", "add", "record", "--cron", "0 8 * * *", "--key", "daily")
+    added = json.loads(ok(cronbase(database_url, *add, "--payload", '{"n": 2}', "--json")))
+    assert (added["key"], added["cron"], added["is_paused"]) == ("daily", "0 8 * * *", False)
+    paused = json.loads(ok(cronbase(database_url, "schedules", "pause", "daily", "--json")))
+    assert paused["is_paused"] is True
+    resumed = ok(cronbase(database_url, "schedules", "resume", "daily"))
+    assert resumed.startswith("schedule 'daily' (record, At 08:00 (UTC), cron '0 8 * * *')")
+    table = ok(cronbase(database_url, "schedules", "list", COLUMNS=""))
+    assert re.search(r"\(in \d+[hm]\)", table)

@@ -66,6 +66,23 @@ def when(value: datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if value else ""
 
 
+def relative(value: datetime | None, now: datetime | None = None) -> str:
+    """``3m ago``, ``in 2h``, ``now``: how far a time is from now, in one short word."""
+    if value is None:
+        return ""
+    if value.year == 9999:  # a job waiting for an event with no timeout
+        return "on its event"
+    gap = (value - (now or datetime.now(value.tzinfo))).total_seconds()
+    size = abs(gap)
+    if size < 1:
+        return "now"
+    for unit, seconds in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if size >= seconds:
+            text = f"{size / seconds:.0f}{unit}"
+            break
+    return f"in {text}" if gap > 0 else f"{text} ago"
+
+
 def one_line(text: str) -> str:
     return " ".join(text.split())
 

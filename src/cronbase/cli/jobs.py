@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -13,7 +14,7 @@ from rich.text import Text
 from ..admin import requeue_dead
 from ..audit import cli_actor
 from ..job import GRAPH_LIMIT, Job, JobAttempt, JobGraph, JobStatus
-from .common import STATUS_STYLES, Settings, console, status_text, when
+from .common import STATUS_STYLES, Settings, console, relative, status_text, when
 from .main import cli
 
 
@@ -59,9 +60,12 @@ def list_jobs(
 
 def jobs_table(found: Sequence[Job], title: str | None = None) -> Table:
     table = Table(title=title)
-    for column in ("id", "task", "queue", "status", "attempts", "run at", "last error"):
+    columns = ("id", "task", "queue", "status", "attempts", "runs", "run at", "finished")
+    for column in (*columns, "last error"):
         # Short values stay whole; the long ones fold into the width left.
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", "status", "run at"))
+        whole = column in ("id", "status", "runs", "run at", "finished")
+        table.add_column(column, overflow="fold", no_wrap=whole)
+    now = datetime.now(UTC)
     for job in found:
         table.add_row(
             str(job.id),
@@ -69,7 +73,9 @@ def jobs_table(found: Sequence[Job], title: str | None = None) -> Table:
             Text(job.queue),
             status_text(job.status),
             f"{job.attempts}/{job.max_attempts}",
-            when(job.run_at),
+            relative(job.run_at, now),
+            when(job.run_at) if job.run_at.year != 9999 else "",
+            relative(job.finished_at, now),
             Text(job.last_error or "", style="red"),
         )
     return table
@@ -193,9 +199,15 @@ def attempt_text(attempt: JobAttempt) -> Text:
 @click.option("--dead", is_flag=True, help="Every dead job instead (narrow with --task/--queue).")
 @click.option("--task", help="With --dead: only this task's jobs.")
 @click.option("--queue", help="With --dead: only this queue's jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job (or the ids) as JSON.")
 @click.pass_obj
 def retry_job(
-    settings: Settings, job_id: int | None, dead: bool, task: str | None, queue: str | None
+    settings: Settings,
+    job_id: int | None,
+    dead: bool,
+    task: str | None,
+    queue: str | None,
+    as_json: bool,
 ) -> None:
     """Run a job again now (any state but running), or with --dead every dead job."""
     app = settings.app()
@@ -211,20 +223,30 @@ def retry_job(
             raise click.UsageError("--task and --queue go with --dead")
         job = app.jobs.retry(job_id)
         app.audit.record(cli_actor(), "retry", f"job {job.id}")
+        if as_json:
+            click.echo(json.dumps(job.to_json(), indent=2))
+            return
         click.echo(f"job {job.id} is {job.status.value} again (attempts so far: {job.attempts})")
         return
     ids = requeue_dead(app.db, task=task, queue=queue)
     scope = " ".join(f"{k}={v}" for k, v in (("task", task), ("queue", queue)) if v) or "all"
     app.audit.record(cli_actor(), "requeue_dead", scope, {"jobs": ids})
+    if as_json:
+        click.echo(json.dumps({"requeued": ids}, indent=2))
+        return
     click.echo(f"{len(ids)} dead jobs queued again ({scope})")
 
 
 @jobs.command("cancel")
 @click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.pass_obj
-def cancel_job(settings: Settings, job_id: int) -> None:
+def cancel_job(settings: Settings, job_id: int, as_json: bool) -> None:
     """Cancel a waiting or running job."""
     app = settings.app()
     job = app.jobs.cancel(job_id)
     app.audit.record(cli_actor(), "cancel", f"job {job.id}")
+    if as_json:
+        click.echo(json.dumps(job.to_json(), indent=2))
+        return
     click.echo(f"job {job.id} is {job.status.value}")

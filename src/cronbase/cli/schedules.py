@@ -12,7 +12,7 @@ from rich.text import Text
 from ..audit import cli_actor
 from ..job import Payload
 from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
-from .common import Settings, app_option, console, parse_payload, payload_text
+from .common import Settings, app_option, console, parse_payload, payload_text, relative
 from .main import cli
 
 
@@ -28,7 +28,9 @@ def schedules_table(found: list[Schedule], now: datetime) -> Table:
         table.add_column(column, overflow="fold", no_wrap=column in ("last run", "next run"))
     for s in found:
         next_run = (
-            Text("paused", style="yellow") if s.is_paused else Text(local_time(s, s.next_fire_at))
+            Text("paused", style="yellow")
+            if s.is_paused
+            else Text(f"{local_time(s, s.next_fire_at)} ({relative(s.next_fire_at, now)})")
         )
         if s.overdue(now):
             next_run.append(" overdue: is a scheduler running?", style="bold red")
@@ -110,6 +112,7 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
     show_default=True,
     help="With --catch-up all: at most this many missed slots.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
 @click.pass_obj
 def add_schedule(
     settings: Settings,
@@ -121,6 +124,7 @@ def add_schedule(
     queue: str | None,
     catch_up: str,
     max_catch_up: int,
+    as_json: bool,
 ) -> None:
     """Run TASK on a cron schedule (kept in the database until removed)."""
     schedule = settings.app(needs_tasks=True).schedules.add(
@@ -133,23 +137,30 @@ def add_schedule(
         catch_up=catch_up,
         max_catch_up=max_catch_up,
     )
-    click.echo(describe(schedule))
+    shown(schedule, as_json)
 
 
 @schedules.command("pause")
 @click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
 @click.pass_obj
-def pause_schedule(settings: Settings, key: str) -> None:
+def pause_schedule(settings: Settings, key: str, as_json: bool) -> None:
     """Stop firing a schedule (slots while paused are skipped)."""
-    click.echo(describe(settings.app().schedules.pause(key)))
+    shown(settings.app().schedules.pause(key), as_json)
 
 
 @schedules.command("resume")
 @click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
 @click.pass_obj
-def resume_schedule(settings: Settings, key: str) -> None:
+def resume_schedule(settings: Settings, key: str, as_json: bool) -> None:
     """Fire a paused schedule again, from its next slot."""
-    click.echo(describe(settings.app().schedules.resume(key)))
+    shown(settings.app().schedules.resume(key), as_json)
+
+
+def shown(schedule: Schedule, as_json: bool) -> None:
+    """A schedule changed by a command: its line, or its record as JSON."""
+    click.echo(json.dumps(schedule.to_json(), indent=2) if as_json else describe(schedule))
 
 
 @schedules.command("run-now")
