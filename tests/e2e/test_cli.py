@@ -87,7 +87,7 @@ def test_enqueue_then_list_and_show(database_url: str, db: psycopg.Connection[An
     ]
     table = ok(cronbase(database_url, "jobs", "list"))
     assert "record" in table
-    assert "queued 1" in table
+    assert "queued (due) 1  scheduled 0" in table
 
     shown = json.loads(ok(cronbase(database_url, "jobs", "show", str(job_id), "--json")))
     assert (shown["job"]["id"], shown["job"]["attempts"], shown["attempts"]) == (job_id, 0, [])

@@ -240,6 +240,7 @@ def test_record_commands_print_json_and_tables_say_how_far_times_are(
     listed = ok(cronbase(database_url, "jobs", "list", COLUMNS="", TZ="UTC"))
     row = next(line for line in listed.splitlines() if f" {later} " in line)
     assert "in 2h" in row
+    assert "queued (due) 0  scheduled 1" in listed.splitlines()[-1]
     cancelled = json.loads(ok(cronbase(database_url, "jobs", "cancel", str(later), "--json")))
     assert (cancelled["id"], cancelled["status"]) == (later, "cancelled")
     retried = json.loads(ok(cronbase(database_url, "jobs", "retry", str(later), "--json")))

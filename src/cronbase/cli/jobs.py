@@ -49,12 +49,15 @@ def list_jobs(
         out.print("no jobs match")
     else:
         out.print(jobs_table(found))
-    totals: dict[JobStatus, int] = {}
-    for _, job_status, count in app.jobs.counts():
-        totals[job_status] = totals.get(job_status, 0) + count
+    overview = app.stats()
+    totals = overview.totals()
     summary = Text("all jobs: ")
     for job_status in JobStatus:
-        summary.append(f"{job_status.value} {totals.get(job_status, 0)}  ")
+        if job_status is JobStatus.QUEUED:  # due apart from scheduled (run_at still ahead)
+            due = totals[job_status] - overview.scheduled
+            summary.append(f"queued (due) {due}  scheduled {overview.scheduled}  ")
+        else:
+            summary.append(f"{job_status.value} {totals[job_status]}  ")
     out.print(summary)
 
 
