@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import re
+import socket
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 import cronbase
 from tests.browser import dashboard_app
-from tests.browser.conftest import audit_rows, run_burst, start_thread, status_of
+from tests.browser.conftest import (
+    audit_rows,
+    run_burst,
+    running_dashboard,
+    start_thread,
+    status_of,
+)
 from tests.conftest import wait_for
 
 LOOPBACK_ACTOR = "dashboard@127.0.0.1"
@@ -232,8 +240,7 @@ def test_a_schedule_reads_in_words_shows_overdue_and_runs_now(
         key="weekday:ops",
     )
     db.execute("UPDATE cronbase.schedules SET next_fire_at = now() - interval '10 minutes'")
-    page.once("dialog", lambda dialog: dialog.accept())  # the confirmation
-    page.goto("/schedules")
+    page.goto("/schedules")  # the page fixture accepts the confirmation
     row = page.locator("tr[data-schedule='weekday:ops']")
     expect(row).to_contain_text("At 08:00, Monday through Friday (Europe/Berlin)")
     expect(row.locator(".badge.overdue")).to_be_visible()
@@ -254,8 +261,7 @@ def test_bulk_retry_and_delete_selected_jobs_with_confirmation_and_audit(
     parent = test_app.tasks["send_email"].configure(queue="nobody").defer(to="p@x.y")
     waiting = test_app.tasks["send_email"].configure(after=[parent]).defer(to="w@x.y")
     assert [status_of(db, j) for j in dead] == ["dead", "dead"]
-    page.on("dialog", lambda dialog: dialog.accept())  # each confirmation
-    page.goto("/jobs")
+    page.goto("/jobs")  # the page fixture accepts each confirmation
     for job_id in (*dead, waiting):
         page.get_by_label(f"select job {job_id}").check()
     page.get_by_role("button", name="Retry", exact=True).click()
@@ -298,3 +304,48 @@ def test_tasks_page_switches_windows_and_the_header_names_the_database(
     expect(page).to_have_url(re.compile(r"/tasks\?window=7d"))
     expect(page.locator("h1")).to_contain_text("in the last 7d")
     expect(page.locator("tr[data-task='send_email']")).to_contain_text("3")
+
+
+def test_jobs_table_reads_relative_times_with_the_absolute_on_hover(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    job_id = test_app.tasks["send_email"].defer(to="a@x.y")
+    db.execute(
+        "UPDATE cronbase.jobs SET status = 'succeeded', attempts = 1,"
+        " started_at = now() - interval '5 minutes', finished_at = now() - interval '2 minutes'"
+        " WHERE id = %s",
+        (job_id,),
+    )
+    page.goto("/jobs")
+    cells = page.locator(f"tr[data-job='{job_id}'] td")
+    finished = cells.nth(7)  # checkbox, id, task, queue, status, attempts, run at, finished
+    expect(finished).to_have_text("2 min 00 s ago")
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", finished.get_attribute("title") or ""
+    )
+    expect(cells.nth(8)).to_have_text("3 min 00 s")
+    expect(cells.nth(10)).to_contain_text("a@x.y")
+
+
+def test_a_dashboard_whose_database_is_down_says_so_and_keeps_retrying(
+    browser: Browser, tmp_path: Path
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        down_port = probe.getsockname()[1]
+    url = f"postgresql://app:secret@127.0.0.1:{down_port}/shop?connect_timeout=2"
+    with running_dashboard(url, tmp_path / "down.log") as down:
+        context = browser.new_context(base_url=down.url)
+        opened = context.new_page()
+        response = opened.goto("/workers")
+        assert response is not None
+        assert response.status == 503
+        expect(opened.locator("h1")).to_have_text("Database unreachable, retrying")
+        expect(opened.locator("#where")).to_contain_text(f"database shop on 127.0.0.1:{down_port}")
+        expect(opened.locator("#unreachable")).to_have_attribute("hx-trigger", "every 5s")
+        assert "secret" not in opened.content()
+        # Its retry answers too (a flash message, the page kept) rather than an error page.
+        expect(opened.locator("#flash")).to_contain_text(
+            "database unreachable, retrying", timeout=15_000
+        )
+        context.close()

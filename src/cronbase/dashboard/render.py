@@ -122,7 +122,8 @@ class Renderer:
         """An error: a page, or for an htmx action a message put in the page's flash area."""
         if is_htmx(request):
             html = self.templates.get_template("_flash.html").render(message=message)
-            headers = {"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"}
+            # HX-Reselect: a polling region's own hx-select would find nothing in the message.
+            headers = {"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", "HX-Reselect": "p.error"}
             return HTMLResponse(html, headers=headers)
         return self.page(
             request, "error.html", {"status": status_code, "message": message}, status_code
