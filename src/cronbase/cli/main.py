@@ -440,11 +440,7 @@ def _cronbase_schemas(app: App) -> list[str] | None:
     """The schemas of this database that hold cronbase's tables (None: could not look)."""
     try:
         with app.db.connect(application_name="cronbase-cli") as conn:
-            rows = conn.execute(
-                "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid"
-                " WHERE c.relname = 'jobs' AND c.relkind = 'r' AND EXISTS (SELECT FROM pg_class m"
-                "  WHERE m.relnamespace = n.oid AND m.relname = 'migrations') ORDER BY 1"
-            ).fetchall()
+            rows = conn.execute(app.queries.list_cronbase_schemas).fetchall()
     except (psycopg.Error, CronbaseError):
         return None
     return [name for (name,) in rows]
@@ -458,12 +454,12 @@ def _missing_schema(settings: Settings, prog_name: str) -> str | None:
         return None
     try:
         with app.db.connect(application_name="cronbase-cli") as conn:
-            if conn.execute("SELECT to_regnamespace(%s)", [app.schema]).fetchone() != (None,):
-                return None
+            row = conn.execute(app.queries.schema_exists, {"schema": app.schema}).fetchone()
     except (psycopg.Error, CronbaseError):
         return None
-    found = _cronbase_schemas(app) or []
-    names = ", ".join(repr(name) for name in found) or "none"
+    if row is None or row[0]:
+        return None
+    names = ", ".join(repr(name) for name in _cronbase_schemas(app) or []) or "none"
     return (
         f"schema {app.schema!r} does not exist on {pool.masked(app.database_url)} (schemas with "
         f"cronbase tables: {names}); a typo in --schema? `{prog_name} migrate` creates it"

@@ -98,6 +98,8 @@ class Queries:
     count_prunable: bytes
     delete_finished_jobs: bytes
     task_stats: bytes
+    schema_exists: bytes
+    list_cronbase_schemas: bytes
     list_unserved_jobs: bytes
     database_now: bytes
     upsert_schedule: bytes

@@ -429,23 +429,30 @@ class InlineRun:
         """app.events.emit in inline mode: kept (the first emission wins), and the jobs
         waiting for it run again now."""
         __tracebackhide__ = True
-        if key in self.events:
-            return False
-        self.events[key] = json.loads(json.dumps(payload))
-        for job in [j for j in self.jobs if j.waiting_for == key and j._rerun is not None]:
-            task, kwargs = job._rerun  # type: ignore[misc]
+        woken = self._emitted(key, payload)
+        for job, (task, kwargs) in woken or ():
             self._run(task, job, kwargs)
-        return True
+        return woken is not None
 
     async def emit_async(self, key: str, payload: Any) -> bool:
         __tracebackhide__ = True
-        if key in self.events:
-            return False
-        self.events[key] = json.loads(json.dumps(payload))
-        for job in [j for j in self.jobs if j.waiting_for == key and j._rerun is not None]:
-            task, kwargs = job._rerun  # type: ignore[misc]
+        woken = self._emitted(key, payload)
+        for job, (task, kwargs) in woken or ():
             await self._run_async(task, job, kwargs)
-        return True
+        return woken is not None
+
+    def _emitted(
+        self, key: str, payload: Any
+    ) -> list[tuple[InlineJob, tuple[Task[Any, Any], dict[str, Any]]]] | None:
+        """Record the event; the jobs it wakes (None: it had been emitted already)."""
+        if key in self.events:
+            return None
+        self.events[key] = json.loads(json.dumps(payload))
+        return [
+            (job, job._rerun)
+            for job in self.jobs
+            if job.waiting_for == key and job._rerun is not None
+        ]
 
     def _start(self, task: Task[Any, Any], job: InlineJob) -> InlineJobContext:
         job.attempts += 1

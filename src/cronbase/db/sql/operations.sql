@@ -232,3 +232,17 @@ SELECT task, queue,
 FROM ended
 GROUP BY task, queue
 ORDER BY task, queue;
+
+-- name: schema_exists
+-- For the CLI's message when a table is missing: is the schema itself there (a typo in
+-- --schema otherwise reads as "no jobs")?
+SELECT to_regnamespace(%(schema)s) IS NOT NULL AS found;
+
+-- name: list_cronbase_schemas
+-- The schemas of this database that hold cronbase's tables (a jobs table beside a migrations
+-- table): named when --schema points at one that does not exist, or is new.
+SELECT n.nspname AS name
+FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid
+WHERE c.relname = 'jobs' AND c.relkind = 'r'
+  AND EXISTS (SELECT FROM pg_class m WHERE m.relnamespace = n.oid AND m.relname = 'migrations')
+ORDER BY 1;
