@@ -315,3 +315,50 @@ def test_limits_hold_through_transaction_mode(
         per_task = max_running(conn, "task")
     assert max(per_key.values()) == 2
     assert per_task["three_at_a_time"] == 3
+
+
+def test_workflows_and_event_waits_through_transaction_mode(
+    stack: tuple[PostgresCluster, PgBouncer, PgBouncer, str], tmp_path: Path
+) -> None:
+    """A group's fan-in (insert_graph in one statement, the trigger in the finishing worker's
+    transaction), a durable sleep and an event wait (suspend_jobs after its advisory try-locks,
+    in one transaction; emit_event after its lock) through a transaction pooler."""
+    from tests.e2e.durable_app import DURABLE_TABLE, make_durable_app
+
+    _, transaction, _, direct = stack
+    url = transaction.url("app")
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute(DURABLE_TABLE)
+        env = {"CRONBASE_POOLER": "transaction"}
+        with WorkerProcesses(url, tmp_path, module="tests.e2e.durable_app", env=env) as workers:
+            for name in ("A", "B"):
+                workers.start(name, "--concurrency", "8", "--poll-interval", "0.2")
+            app = make_durable_app(url)
+            t = app.tasks
+            callback = (
+                cronbase.group([t["square"].s(n=n) for n in range(50)])
+                .then(t["gather"].s())
+                .defer()
+            )
+            waiter = t["awaits_event"].defer(key="paid:pool")
+            wait_for(
+                lambda: count(
+                    direct, f"SELECT count(*) FROM cronbase.jobs WHERE id = {waiter} "
+                    "AND waiting_for = 'paid:pool'"
+                ) == 1,
+                timeout=60,
+                what="the waiter suspended",
+            )  # fmt: skip
+            assert app.events.emit("paid:pool", {"ok": True}) is True
+            for job_id in (callback, waiter):
+                wait_for(
+                    lambda job_id=job_id: count(
+                        direct, f"SELECT count(*) FROM cronbase.jobs WHERE id = {job_id} "
+                        "AND status = 'succeeded'"
+                    ) == 1,
+                    timeout=120,
+                    what=f"job {job_id} to succeed",
+                )  # fmt: skip
+            assert app.jobs.get(callback).result == sum(n * n for n in range(50))
+            assert app.jobs.get(waiter).result == {"ok": True}
+            app.close()
