@@ -5,7 +5,6 @@ its rows; client.py runs it, workflow.py (chains, groups) and ``configure(after=
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -70,9 +69,8 @@ class Graph:
     def payloads(self) -> list[Payload]:
         return [node.payload for node in self.nodes]
 
-    def set_metadata(self, metadata: dict[str, Any] | None) -> None:
-        """Every job stores this (the defer middleware's metadata: a trace context...)."""
-        stored = None if metadata is None else json.dumps(metadata, separators=(",", ":"))
+    def set_metadata(self, stored: str | None) -> None:
+        """Every job stores this (the defer middleware's metadata, as JSON text)."""
         for node in self.nodes:
             node.metadata = stored
 

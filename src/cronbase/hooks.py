@@ -245,7 +245,8 @@ class Hooks:
         connection = self._connection(connection)
         call = DeferCall(tasks[0].name, graph.nodes[0].options.queue, graph.payloads())
         with self.around_defer(call):
-            graph.set_metadata(_stored_metadata(call))
+            metadata = _stored_metadata(call)
+            graph.set_metadata(None if metadata is None else encode_metadata(metadata))
             caller = None if connection is None else sync_connection(connection)
             ids = defer_graph_sync(db, graph, caller)
             call.ids[:] = ids
@@ -257,7 +258,8 @@ class Hooks:
         """The async twin of :meth:`defer_graph` (connection sources are sync: not asked)."""
         call = DeferCall(tasks[0].name, graph.nodes[0].options.queue, graph.payloads())
         with self.around_defer(call):
-            graph.set_metadata(_stored_metadata(call))
+            metadata = _stored_metadata(call)
+            graph.set_metadata(None if metadata is None else encode_metadata(metadata))
             caller = None if connection is None else await async_connection(connection)
             ids = await defer_graph_async(db, graph, caller)
             call.ids[:] = ids

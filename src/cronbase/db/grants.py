@@ -125,22 +125,17 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
     """
     grantee = sql.Identifier(check_role_name(role))
     statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), grantee)]
-    for table, privileges in TABLE_PRIVILEGES.items():
-        statements.append(
-            sql.SQL("GRANT {} ON TABLE {} TO {}").format(
-                sql.SQL(", ").join(sql.SQL(privilege) for privilege in privileges),
-                sql.Identifier(schema, table),
-                grantee,
+    granted = [("TABLE", TABLE_PRIVILEGES), ("SEQUENCE", SEQUENCE_PRIVILEGES)]
+    for kind, objects in granted:
+        for name, privileges in objects.items():
+            statements.append(
+                sql.SQL("GRANT {} ON {} {} TO {}").format(
+                    sql.SQL(", ").join(sql.SQL(privilege) for privilege in privileges),
+                    sql.SQL(kind),
+                    sql.Identifier(schema, name),
+                    grantee,
+                )
             )
-        )
-    for sequence, usages in SEQUENCE_PRIVILEGES.items():
-        statements.append(
-            sql.SQL("GRANT {} ON SEQUENCE {} TO {}").format(
-                sql.SQL(", ").join(sql.SQL(usage) for usage in usages),
-                sql.Identifier(schema, sequence),
-                grantee,
-            )
-        )
     return statements
 
 
