@@ -38,7 +38,15 @@ from .stats import (
     task_stats_async,
     unserved_jobs,
 )
-from .task import Task, TaskDefaults, check_steering, check_unique, find_task
+from .task import (
+    Isolation,
+    Task,
+    TaskDefaults,
+    check_isolation,
+    check_steering,
+    check_unique,
+    find_task,
+)
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -158,6 +166,7 @@ class App:
         max_snoozes: int = 100,
         unique_for: timedelta | None = None,
         unique_key: str | None = None,
+        isolation: Isolation = "thread",
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -180,6 +189,7 @@ class App:
         max_snoozes: int = 100,
         unique_for: timedelta | None = None,
         unique_key: str | None = None,
+        isolation: Isolation = "thread",
     ) -> Any:
         """Register a handler. Sync handlers run in a thread pool, async ones on the loop.
 
@@ -188,7 +198,8 @@ class App:
         ``key_concurrency`` (running jobs per key), ``rate_limit`` (``"100/minute"``: starts in
         any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
         ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
-        ``unique_key``): one job per window.
+        ``unique_key``): one job per window. ``isolation="process"``: a sync handler runs in a
+        child process, killed at its ``timeout`` (a thread cannot be stopped).
         """
         JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease=lease).check()
         if timeout is not None and timeout <= timedelta(0):
@@ -198,6 +209,7 @@ class App:
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = check_name("task", f.__name__ if name is None else name)
+            check_isolation(task_name, f, isolation)
             if task_name in self.tasks:
                 raise ConfigurationError(
                     f"task name {task_name!r} is registered twice "
@@ -223,6 +235,7 @@ class App:
                 max_snoozes=max_snoozes,
                 unique_for=unique_for,
                 unique_key=unique_key,
+                isolation=isolation,
             )
             task = Task(self.db, f, task_name, defaults, self.hooks)
             self.tasks[task_name] = task
