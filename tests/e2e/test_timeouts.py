@@ -12,9 +12,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
+from tests.browser.conftest import running_dashboard
 from tests.conftest import wait_for
 from tests.e2e.harness import WorkerProcesses, events, history, is_registered, job_row
 from tests.servers import free_port
@@ -53,21 +55,29 @@ def started_after_previous_ended(steps: list[tuple[int, str, int]]) -> bool:
 
 
 def test_a_sync_handler_past_its_timeout_keeps_its_slot_and_lease_and_its_retry_waits(
-    processes: WorkerProcesses, timeout_app: ModuleType, db: psycopg.Connection[Any]
+    processes: WorkerProcesses,
+    timeout_app: ModuleType,
+    db: psycopg.Connection[Any],
+    database_url: str,
+    tmp_path: Path,
 ) -> None:
     port = free_port()
     worker = processes.start("A", "--metrics-port", str(port), "--reap-interval", "0.2")
     wait_for(partial(is_registered, db, "A"), timeout=60, what="worker A")
-    # 4 s of sleep past a 1 s timeout, with a 2 s lease that only renewals keep.
-    job_id = timeout_app.stubborn.defer(seconds=4.0)
 
     def overrun_shown() -> list[Any]:
         (found,) = [w for w in timeout_app.app.workers() if w.id == "A"]
         return found.overruns
 
-    (overrun,) = wait_for(overrun_shown, timeout=30, what="the overrun on the Workers page")
+    with running_dashboard(database_url, tmp_path / "dashboard.log") as dashboard:
+        # 4 s of sleep past a 1 s timeout, with a 2 s lease that only renewals keep.
+        job_id = timeout_app.stubborn.defer(seconds=4.0)
+        (overrun,) = wait_for(overrun_shown, timeout=30, what="the overrun in cronbase workers")
+        page = httpx.get(f"{dashboard.url}/workers", timeout=10).text
     assert (overrun.job_id, overrun.task, overrun.attempt) == (job_id, "stubborn", 1)
     assert overrun.seconds_past >= 1.0
+    assert 'id="overruns"' in page
+    assert f'<tr data-job="{job_id}">' in page
     worker.wait_for_log(f"job {job_id} (stubborn) attempt 1 ignores its timeout")
 
     # Past the lease, the attempt still runs: renewed, not reaped, and no retry is claimable.
@@ -111,7 +121,7 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_and_lease_and_its_retry_
     assert "after it was cancelled" in row["last_error"]
     assert [outcome for _, outcome, _ in history(db, job_id)] == ["failed", "dead"]
     worker.wait_for_log(f"job {job_id} (stubborn) attempt 2: its handler returned")
-    assert overrun_shown() == []
+    wait_for(lambda: overrun_shown() == [], timeout=10, what="the overrun gone from the list")
 
 
 def test_an_async_handler_that_swallows_its_cancellation_is_waited_for(
