@@ -23,7 +23,7 @@ import cronbase
 from cronbase.converters import parse_duration
 from cronbase.errors import PayloadError
 from cronbase.payload import encode_payload, format_duration
-from cronbase.worker.claim import read_rows
+from cronbase.worker.claim import CLAIMED_COLUMNS, read_rows
 
 if TYPE_CHECKING:
     from decimal import Context  # only for the type checker: never resolvable at run time
@@ -651,7 +651,8 @@ def test_read_rows_decodes_payloads_with_the_given_loads() -> None:
             raise ValueError("cannot read boom")
         return json.loads(text)
 
-    result = read_rows([claimed_row(1, '{"a": 1}'), claimed_row(2, '{"boom": 1}')], loads)
+    rows = [claimed_row(1, '{"a": 1}'), claimed_row(2, '{"boom": 1}')]
+    result = read_rows(rows, (*CLAIMED_COLUMNS,), loads)
     assert seen == ['{"a": 1}', '{"boom": 1}']
     assert [(j.id, j.payload) for j in result.jobs] == [(1, {"a": 1})]
     assert [(u.job.id, str(u.error)) for u in result.undecodable] == [(2, "cannot read boom")]
