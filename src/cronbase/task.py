@@ -9,13 +9,20 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
-from .convert import Unresolved, argument_converters, convert_arguments
-from .converters import Converter
+from .convert import (
+    Conversions,
+    Unresolved,
+    argument_converters,
+    check_arguments,
+    convert_arguments,
+)
+from .converters import SCALARS
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .flow import TaskFlow, check_template
 from .graph import check_after
 from .hooks import Hooks
 from .job import Payload
+from .payload import _BadValue, stored_form
 from .retry import Backoff
 from .workflow import Signature
 
@@ -28,8 +35,9 @@ R = TypeVar("R")
 
 # The payload key a scheduled job's slot time travels under (see cronbase.schedule).
 SCHEDULED_AT = "scheduled_at"
-# Task._converters before the handler's annotations could be resolved (compared by identity).
-_UNRESOLVED: dict[str, Converter] = {}
+# Task._conversions before the handler's annotations could be resolved (compared by identity).
+_UNRESOLVED = Conversions(())
+_to_datetime = SCALARS[datetime]
 
 
 def _exception_types(what: str, value: object) -> None:
@@ -133,14 +141,15 @@ class Task(Generic[P, R]):
         self._fast = not any(p.kind is p.POSITIONAL_ONLY for p in params)
         self._takes_scheduled_at = SCHEDULED_AT in self.signature.parameters or self._var_keyword
         self._options: tuple[TaskDefaults, JobOptions] | None = None
-        # A converter per argument annotated with more than JSON holds (datetime, a dataclass);
-        # None: nothing to convert, and arguments() skips the step. An annotation naming what is
-        # defined later in the module is resolved on the first job instead (_UNRESOLVED).
-        self._converters: dict[str, Converter] | None
+        # The check or conversion of each annotated argument (convert.py), built once; None:
+        # every argument takes any JSON value, and defers and jobs skip the step. An annotation
+        # naming what is defined later in the module is resolved on the first defer or job
+        # instead (_UNRESOLVED). scheduled_at has its own rule (_slot).
+        self._conversions: Conversions | None
         try:
-            self._converters = argument_converters(func, lenient=False)
+            self._conversions = argument_converters(func, lenient=False, skip=(SCHEDULED_AT,))
         except Unresolved:
-            self._converters = _UNRESOLVED
+            self._conversions = _UNRESOLVED
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -160,12 +169,36 @@ class Task(Generic[P, R]):
         """Whether keyword arguments with these names certainly bind (False: ask bind)."""
         return self._fast and self._required <= keys and (self._var_keyword or keys <= self._names)
 
-    def check_payload(self, payload: Payload) -> None:
-        """Refuse a payload whose keys do not fit the handler's arguments."""
-        # The common case without the copy arguments() makes; scheduled_at takes the full path.
-        if type(payload) is dict and SCHEDULED_AT not in payload and self._fits(payload.keys()):
+    def check_payload(self, payload: Payload, *, received: str | None = None) -> None:
+        """Refuse, before anything is written, a payload that does not fit the handler: keys
+        that do not bind, or a value its annotation refuses (PayloadError naming the path).
+        Values are checked as they will be stored, with the converters the worker runs, so what
+        passes here converts there. ``received``: a key a workflow fills in later (unchecked).
+        """
+        # The common case: a dict whose keys fit, no copy; without annotations to check, done.
+        if not (
+            type(payload) is dict and SCHEDULED_AT not in payload and self._fits(payload.keys())
+        ):
+            self._check_keys(payload)
+        conversions = self._conversions
+        if conversions is None:
             return
-        self.arguments(payload)
+        if conversions is _UNRESOLVED:
+            conversions = self._resolve()
+        check_arguments(self.name, conversions, payload, received)
+
+    def _check_keys(self, payload: Payload) -> None:
+        if not isinstance(payload, dict):
+            raise PayloadError(
+                f"payload for task {self.name!r} must be a JSON object, got {payload!r}"
+            )
+        kwargs: dict[str, Any] = dict(payload)
+        slot = kwargs.pop(SCHEDULED_AT, None)
+        if slot is not None and self._takes_scheduled_at:
+            stored = slot if isinstance(slot, str) else stored_form(self.name, SCHEDULED_AT, slot)
+            kwargs[SCHEDULED_AT] = self._slot(stored)
+        if not self._fits(kwargs.keys()):
+            self._bind(kwargs)
 
     def arguments(self, payload: Payload) -> dict[str, Any]:
         """The handler's keyword arguments for a payload, as the types its annotations ask for
@@ -180,34 +213,42 @@ class Task(Generic[P, R]):
             )
         kwargs: dict[str, Any] = dict(payload)
         slot = kwargs.pop(SCHEDULED_AT, None)
-        if slot is not None and self._accepts(SCHEDULED_AT):
-            try:
-                kwargs[SCHEDULED_AT] = (
-                    datetime.fromisoformat(slot) if isinstance(slot, str) else slot
-                )
-            except ValueError:
-                raise PayloadError(
-                    f"task {self.name!r}: {SCHEDULED_AT} {slot!r} is not an ISO 8601 time"
-                ) from None
+        if slot is not None and self._takes_scheduled_at:
+            kwargs[SCHEDULED_AT] = self._slot(slot)
         if not self._fits(kwargs.keys()):
-            try:
-                self.signature.bind(**kwargs)
-            except TypeError as exc:
-                takes = ", ".join(self.signature.parameters) or "no arguments"
-                raise PayloadError(
-                    f"payload does not fit task {self.name!r} ({takes}): {exc}"
-                ) from None
-        converters = self._converters
-        if converters is None:
+            self._bind(kwargs)
+        conversions = self._conversions
+        if conversions is None:
             return kwargs
-        if converters is _UNRESOLVED:
-            # Still unresolved names now are for good (TYPE_CHECKING imports): logged, and those
-            # arguments passed as JSON.
-            converters = self._converters = argument_converters(self.func, lenient=True)
-            if converters is None:
-                return kwargs
-        convert_arguments(self.name, converters, kwargs)
+        if conversions is _UNRESOLVED:
+            conversions = self._resolve()
+        convert_arguments(self.name, conversions, kwargs)
         return kwargs
+
+    def _bind(self, kwargs: dict[str, Any]) -> None:
+        """PayloadError when keyword arguments with these names do not bind (bind's words)."""
+        try:
+            self.signature.bind(**kwargs)
+        except TypeError as exc:
+            takes = ", ".join(self.signature.parameters) or "no arguments"
+            raise PayloadError(
+                f"payload does not fit task {self.name!r} ({takes}): {exc}"
+            ) from None
+
+    def _slot(self, slot: object) -> datetime:
+        """A scheduled job's ``scheduled_at``, whatever the handler annotates: an aware datetime."""
+        try:
+            return _to_datetime(slot)  # type: ignore[no-any-return]
+        except _BadValue as exc:
+            raise PayloadError(f"task {self.name!r}: {SCHEDULED_AT} {exc.why}") from None
+
+    def _resolve(self) -> Conversions:
+        """The first defer or job of a task whose annotations could not be resolved at
+        registration: names still unresolved now are for good (TYPE_CHECKING imports), logged
+        once, and those arguments pass as JSON."""
+        conversions = argument_converters(self.func, lenient=True, skip=(SCHEDULED_AT,))
+        self._conversions = conversions
+        return conversions if conversions is not None else Conversions(())
 
     def _accepts(self, name: str) -> bool:
         if name == SCHEDULED_AT:

@@ -70,7 +70,9 @@ class Signature:
                     "replaced by the previous result; leave it out, or receive(None)"
                 )
         payload = self.payload if name is None else {**self.payload, name: None}
-        self.task.check_payload(payload)  # with the received value in place
+        # The keys with the received value in place; its value is the parent's result, known
+        # only when the parent ran (the worker checks it then).
+        self.task.check_payload(payload, received=name)
         return replace(self, receives=name)
 
     def set(

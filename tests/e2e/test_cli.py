@@ -239,6 +239,17 @@ BAD_INPUT = [
         id="payload-does-not-fit",
     ),
     pytest.param(
+        ["--app", APP, "enqueue", "record", "--payload", '{"n": "7"}'],
+        "payload for task 'record' does not convert to argument 'n': payload['n'] is '7', "
+        "not an int",
+        id="payload-value-of-another-type",
+    ),
+    pytest.param(
+        ["--app", APP, "enqueue", "record", "--payload", '{"n": 7.0}'],
+        "payload['n'] is 7.0, not an int",
+        id="payload-float-for-an-int",
+    ),
+    pytest.param(
         ["--app", APP, "enqueue", "recrod", "--payload", '{"n": 1}'],
         "unknown task 'recrod'; registered: explode, record, stubborn",
         id="unknown-task",

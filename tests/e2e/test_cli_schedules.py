@@ -44,6 +44,11 @@ def add(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
         ),
         (["nope", "--cron", "@hourly"], "unknown task 'nope'"),
         (["record", "--cron", "@hourly", "--payload", '{"m": 1}'], "payload does not fit"),
+        (
+            ["record", "--cron", "@hourly", "--payload", '{"n": true}'],
+            "payload for task 'record' does not convert to argument 'n': payload['n'] is True, "
+            "not an int",
+        ),
     ],
 )
 def test_add_refuses_bad_input_with_exit_2_and_writes_nothing(
