@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .durations import DurationLike, duration
 from .errors import ConfigurationError, PayloadError
 from .limits import check_key
 
@@ -32,12 +33,17 @@ _UNITS = {
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d+)?\s*([a-z]+?)s?\s*")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Rate:
-    """At most ``n`` starts in any window of ``period``."""
+    """At most ``n`` starts in any window of ``period`` (a timedelta, or seconds)."""
 
     n: int
     period: timedelta
+
+    def __init__(self, n: int, period: DurationLike) -> None:
+        # Frozen: set once, here; the range is parse_rate's to check, naming the option.
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "period", duration("Rate period", period, signed=True))
 
     def __str__(self) -> str:
         seconds = int(self.period.total_seconds())

@@ -17,6 +17,7 @@ from .convert import (
     convert_arguments,
 )
 from .converters import SCALARS
+from .durations import DurationLike, optional_duration
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .flow import TaskFlow, check_template
 from .graph import check_after
@@ -54,9 +55,7 @@ def check_unique(unique_for: object, unique_key: object) -> None:
     if unique_for is not None and (
         not isinstance(unique_for, timedelta) or unique_for < timedelta(seconds=1)
     ):
-        raise ConfigurationError(
-            f"unique_for must be a timedelta of at least one second, got {unique_for!r}"
-        )
+        raise ConfigurationError(f"unique_for must be at least one second, got {unique_for!r}")
     if unique_key is not None:
         if unique_for is None:
             raise ConfigurationError(f"unique_key={unique_key!r} needs unique_for (the window)")
@@ -278,11 +277,11 @@ class Task(Generic[P, R]):
         self,
         *,
         run_at: datetime | None = None,
-        delay: timedelta | None = None,
+        delay: DurationLike | None = None,
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
-        lease: timedelta | None = None,
+        lease: DurationLike | None = None,
         idempotency_key: str | None = None,
         dedupe_key: str | None = None,
         on_duplicate: Literal["ignore", "replace"] = "ignore",
@@ -292,7 +291,8 @@ class Task(Generic[P, R]):
         connection: CallerConnection | None = None,
     ) -> Deferral:
         """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``.
-        ``concurrency_key`` replaces the key the task's template would render. ``after``: the
+        ``delay`` and ``lease``: timedeltas or seconds. ``concurrency_key`` replaces the key the
+        task's template would render. ``after``: the
         job waits ('pending') until these jobs succeeded; when one of them goes dead or is
         cancelled, the job is cancelled too, or runs anyway with ``on_parent_failure="run"``."""
         flow = self.defaults.flow
@@ -304,11 +304,11 @@ class Task(Generic[P, R]):
         changes: dict[str, Any] = {
             "concurrency_key": concurrency_key,
             "run_at": run_at,
-            "delay": delay,
+            "delay": optional_duration("delay", delay, signed=True),
             "priority": priority,
             "queue": queue,
             "max_attempts": max_attempts,
-            "lease": lease,
+            "lease": optional_duration("lease", lease, signed=True),
             "idempotency_key": idempotency_key,
             "dedupe_key": dedupe_key,
         }

@@ -20,6 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..client import JobOptions, build_insert, encode_payload
+from ..durations import DurationLike, duration
 from ..errors import ScheduleError
 from ..job import Payload
 from ..limits import check_key, check_name
@@ -214,12 +215,12 @@ class Scheduler:
         db: Database,
         tasks: Mapping[str, Task[Any, Any]],
         periodic: Mapping[str, ScheduleSpec] | None = None,
-        interval: timedelta = timedelta(seconds=1),
+        interval: DurationLike = timedelta(seconds=1),
     ) -> None:
         self.db = db
         self.tasks = tasks
         self.periodic = periodic or {}
-        self.interval = interval.total_seconds()
+        self.interval = duration("interval", interval, positive=True).total_seconds()
         self.fired = 0
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:

@@ -45,6 +45,7 @@ from prometheus_client import Counter, start_http_server
 
 from ..db.notifier import Notifier
 from ..db.pool import is_connection_loss
+from ..durations import DurationLike, duration
 from ..errors import ConfigurationError, WorkerFatalError
 from ..limits import check_name
 from ..logs import install_job_context
@@ -98,7 +99,8 @@ class Worker:
     slots too; burst workers never do), ``retention`` (prune old finished jobs; None: never),
     ``metrics_port`` / ``metrics_host`` (serve Prometheus metrics), ``fatal_after`` (how long a
     fatal database error, such as a dropped schema or a revoked grant, may last before the worker
-    hands back its jobs and raises :class:`~cronbase.WorkerFatalError`).
+    hands back its jobs and raises :class:`~cronbase.WorkerFatalError`). Durations are
+    timedeltas or seconds.
 
     It claims only jobs of the tasks in ``tasks``; others wait for a worker that knows them.
     """
@@ -112,16 +114,16 @@ class Worker:
         queues: Sequence[str] | Mapping[str, int] | None = None,
         concurrency: int = 10,
         burst: bool = False,
-        poll_interval: timedelta = timedelta(seconds=1),
-        reap_interval: timedelta = timedelta(seconds=5),
-        shutdown_grace: timedelta = timedelta(seconds=25),
+        poll_interval: DurationLike = timedelta(seconds=1),
+        reap_interval: DurationLike = timedelta(seconds=5),
+        shutdown_grace: DurationLike = timedelta(seconds=25),
         install_signal_handlers: bool = True,
         worker_id: str | None = None,
         schedule: bool = True,
         retention: Retention | None = DEFAULT_RETENTION,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
-        fatal_after: timedelta = timedelta(seconds=30),
+        fatal_after: DurationLike = timedelta(seconds=30),
     ) -> None:
         if queues is not None and not queues:
             raise ConfigurationError("queues must name at least one queue (or be None for all)")
@@ -147,9 +149,10 @@ class Worker:
         self.queues = sorted(set(queues)) if queues else None
         self.concurrency = concurrency
         self.burst = burst
-        self.poll_interval = poll_interval.total_seconds()
-        self.reap_interval = reap_interval.total_seconds()
-        self.shutdown_grace = shutdown_grace.total_seconds()
+        # Durations: timedeltas or seconds (durations.py), kept as seconds for asyncio.
+        self.poll_interval = duration("poll_interval", poll_interval, positive=True).total_seconds()
+        self.reap_interval = duration("reap_interval", reap_interval, positive=True).total_seconds()
+        self.shutdown_grace = duration("shutdown_grace", shutdown_grace).total_seconds()
         self.install_signal_handlers = install_signal_handlers
         # A long-running worker also fires due schedule slots; a burst worker never does
         # (`cronbase tick` ticks once, then drains in burst mode).
@@ -158,7 +161,7 @@ class Worker:
         self.retention = None if burst else retention
         # How long an error that waiting cannot cure (schema gone, permission denied) may last
         # before the worker hands back its jobs and exits.
-        self.fatal_after = fatal_after.total_seconds()
+        self.fatal_after = duration("fatal_after", fatal_after).total_seconds()
         self.metrics = WorkerMetrics(db)
         self._claimed_counters: dict[tuple[str, str], Counter] = {}
         self._finished_counters: dict[tuple[str, str, str], Counter] = {}
