@@ -261,7 +261,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         ["--app", APP, "enqueue", "record", "--payload", '{"n": 1}', "--priority", "99999"],
-        "priority must be within -32768..32767, got 99999",
+        "Invalid value for '--priority': 99999 is not in the range -32768<=x<=32767",
         id="priority-out-of-range",
     ),
     pytest.param(
@@ -330,7 +330,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         ["--app", APP, "worker", "--concurrency", "0"],
-        "Invalid value for '--concurrency': 0 is not in the range x>=1",
+        "Invalid value for '--concurrency': 0 is not in the range 1<=x<=2147483647",
         id="zero-concurrency",
     ),
 ]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import os
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -21,6 +22,7 @@ from .. import logs
 from ..app import App
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
+from ..limits import INT4_MAX as INT4_MAX
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -209,8 +211,51 @@ def parse_aware_time(
     return parsed
 
 
-def seconds(value: float | None) -> timedelta | None:
-    return None if value is None else timedelta(seconds=value)
+if TYPE_CHECKING:
+    _TimedeltaParam = click.ParamType[timedelta]
+else:  # click < 8.3's ParamType is not generic
+    _TimedeltaParam = click.ParamType
+
+
+class Duration(_TimedeltaParam):
+    """A duration option given as a number of ``unit`` (``--delay 30``): finite, 0 or more (more
+    than 0 with ``positive``), no more than a timedelta holds; the option's value is the
+    timedelta. NaN, infinity and the rest are refused naming the option, exit 2."""
+
+    def __init__(self, unit: str = "seconds", *, positive: bool = False) -> None:
+        self.unit = unit
+        self.positive = positive
+        self.name = unit.upper()
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of {self.unit}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of {self.unit}", param, ctx)
+        if number < 0 or (self.positive and number == 0):
+            least = "more than 0" if self.positive else "0 or more"
+            self.fail(f"{value!r}: give {least} {self.unit}", param, ctx)
+        try:
+            return timedelta(**{self.unit: number})
+        except OverflowError:
+            self.fail(
+                f"{value!r} {self.unit} is longer than a duration can be (999,999,999 days)",
+                param,
+                ctx,
+            )
+
+
+SECONDS = Duration()
+POSITIVE_SECONDS = Duration(positive=True)
+# Whole numbers the database stores in an integer / bigint column: larger ones are refused as the
+# option's, not by the database after the command started.
+INT8_MAX = 2**63 - 1
 
 
 def setup_logging(debug: bool, log_format: str = "text") -> None:
@@ -241,4 +286,9 @@ def parse_duration(
     match = _DURATION.match(value.strip())
     if not match:
         raise click.BadParameter(f"{value!r} is not a duration; use e.g. 30s, 5m, 2h, 7d or 1w")
-    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    except OverflowError:
+        raise click.BadParameter(
+            f"{value!r} is longer than a duration can be (999,999,999 days)"
+        ) from None

@@ -7,7 +7,7 @@ from datetime import timedelta
 import click
 
 from ..errors import ConfigurationError
-from .common import Settings, app_option
+from .common import Duration, Settings, app_option
 from .main import cli
 
 
@@ -33,7 +33,7 @@ from .main import cli
 )
 @click.option(
     "--long-running-after",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Duration("minutes", positive=True),
     default=10.0,
     show_default=True,
     metavar="MINUTES",
@@ -47,7 +47,7 @@ def dashboard(
     user: str | None,
     password: str | None,
     token: str | None,
-    long_running_after: float,
+    long_running_after: timedelta,
 ) -> None:
     """Serve the web dashboard: queues, jobs, schedules, effects, actions, audit log.
 
@@ -70,5 +70,5 @@ def dashboard(
         host=host,
         port=port,
         auth=auth,
-        long_running_after=timedelta(minutes=long_running_after),
+        long_running_after=long_running_after,
     )

@@ -23,7 +23,7 @@ from ..client import JobOptions, build_insert, encode_payload
 from ..durations import DurationLike, duration
 from ..errors import ScheduleError
 from ..job import Payload
-from ..limits import check_key, check_name
+from ..limits import INT4_MAX, check_key, check_name
 from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, describe
 
@@ -71,8 +71,8 @@ class ScheduleSpec:
             raise ScheduleError(
                 f"unknown catch_up policy {catch_up!r}; one of: {', '.join(CATCH_UP_POLICIES)}"
             )
-        if max_catch_up < 1:
-            raise ScheduleError(f"max_catch_up must be at least 1, got {max_catch_up}")
+        if not 1 <= max_catch_up <= INT4_MAX:
+            raise ScheduleError(f"max_catch_up must be from 1 to {INT4_MAX:,}, got {max_catch_up}")
         if queue is not None:
             check_name("queue", queue)
         if key is not None:

@@ -47,7 +47,7 @@ from ..db.notifier import Notifier
 from ..db.pool import is_connection_loss
 from ..durations import DurationLike, duration
 from ..errors import ConfigurationError, WorkerFatalError
-from ..limits import check_name
+from ..limits import INT4_MAX, check_name
 from ..logs import install_job_context
 from ..maintenance import Retention, run_retention
 from ..metrics import WorkerMetrics
@@ -134,15 +134,17 @@ class Worker:
         self.queue_caps: dict[str, int] | None = None
         if isinstance(queues, Mapping):
             for queue, cap in queues.items():
-                if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+                if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= INT4_MAX:
                     raise ConfigurationError(
-                        f"queue {queue!r}: concurrency must be a whole number of at least 1, "
-                        f"got {cap!r}"
+                        f"queue {queue!r}: concurrency must be a whole number from 1 to "
+                        f"{INT4_MAX:,}, got {cap!r}"
                     )
             self.queue_caps = dict(sorted(queues.items()))
             concurrency = sum(self.queue_caps.values())
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        if not 1 <= concurrency <= INT4_MAX:  # the workers table's integer column
+            raise ConfigurationError(
+                f"concurrency must be from 1 to {INT4_MAX:,}, got {concurrency}"
+            )
         self.db = db
         self.tasks = tasks
         self.periodic = periodic or {}
