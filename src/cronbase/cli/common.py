@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,9 +20,12 @@ from rich.text import Text
 
 from .. import logs
 from ..app import App
+from ..db import pool
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
 from ..limits import INT4_MAX as INT4_MAX
+
+logger = logging.getLogger("cronbase")
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -92,6 +95,14 @@ def one_line(text: str) -> str:
 # -- settings and the app ------------------------------------------------------------------------
 
 
+# The connection flags the CLI exports to the environment, by App(...)'s parameter names.
+CONNECTION_FLAGS = {
+    "database_url": "--database-url",
+    "listen_url": "--listen-url",
+    "pooler": "--pooler",
+}
+
+
 @dataclass
 class Settings:
     """The global options; commands ask it for the App they work on."""
@@ -101,6 +112,9 @@ class Settings:
     app_path: str | None = None
     # Columns for tables (--width); None: the terminal's, or no wrapping when piped.
     width: int | None = None
+    # --database-url, --listen-url, --pooler as given (exported to the environment, which an
+    # App(...) that passes its own value does not read).
+    connection: dict[str, str] = field(default_factory=dict)
     _app: App | None = None
 
     def app(self, *, needs_tasks: bool = False) -> App:
@@ -112,6 +126,7 @@ class Settings:
                         f"--schema {self.schema!r} differs from the schema of app "
                         f"{self.app_path!r} ({self._app.schema!r}); set it in App(schema=...)"
                     )
+                self._say_overridden(self._app)
             elif needs_tasks:
                 raise ConfigurationError(
                     "this command needs your tasks: pass --app pkg.module:app (or set CRONBASE_APP)"
@@ -119,6 +134,21 @@ class Settings:
             else:
                 self._app = App(schema=self.schema or DEFAULT_SCHEMA)
         return self._app
+
+    def _say_overridden(self, app: App) -> None:
+        """Once: a connection flag the app's own App(...) overrides (it does not read the
+        environment the flag was exported to), and what is used instead, without a password."""
+        for name, flag in CONNECTION_FLAGS.items():
+            given, own = self.connection.get(name), app.db.given.get(name)
+            if given and own and given != own:
+                used = own if name == "pooler" else pool.describe(own)
+                logger.warning(
+                    "%s is ignored: app %r passes its own %s to App(...), so it uses %s",
+                    flag,
+                    self.app_path,
+                    name,
+                    used,
+                )
 
     def close(self) -> None:
         if self._app is not None:

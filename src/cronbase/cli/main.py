@@ -158,6 +158,8 @@ def cli(
     settings.width = width
     settings.schema = schema
     settings.app_path = app_path
+    given = {"database_url": database_url, "listen_url": listen_url, "pooler": pooler}
+    settings.connection = {name: value for name, value in given.items() if value}
     setup_logging(debug, log_format)
     if database_url:
         pool.check_url(database_url)

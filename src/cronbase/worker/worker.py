@@ -41,9 +41,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, start_http_server
+from prometheus_client import Counter
 
 from ..db.notifier import Notifier
+from ..db.pool import describe as describe_url
 from ..db.pool import is_connection_loss
 from ..durations import DurationLike, duration
 from ..errors import ConfigurationError, WorkerFatalError
@@ -51,6 +52,8 @@ from ..limits import INT4_MAX, check_name
 from ..logs import install_job_context
 from ..maintenance import Retention, run_retention
 from ..metrics import WorkerMetrics
+from ..metrics import serve as serve_metrics
+from ..metrics import stop as stop_metrics
 from ..schedule.scheduler import Scheduler
 from .claim import ClaimedJob, claim_jobs, claim_params
 from .completer import Completer
@@ -167,6 +170,14 @@ class Worker:
         self.metrics = WorkerMetrics(db)
         self._claimed_counters: dict[tuple[str, str], Counter] = {}
         self._finished_counters: dict[tuple[str, str, str], Counter] = {}
+        if metrics_port is not None and (
+            not isinstance(metrics_port, int)
+            or isinstance(metrics_port, bool)
+            or not 1 <= metrics_port <= 65535
+        ):
+            raise ConfigurationError(
+                f"metrics_port must be a port from 1 to 65535 (or None), got {metrics_port!r}"
+            )
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.id = worker_id or new_worker_id()
@@ -228,12 +239,18 @@ class Worker:
         """Run until stopped (or, in burst mode, until nothing is due); see the module docstring."""
         loop = self._event_loop = asyncio.get_running_loop()
         install_job_context()  # handlers' log records carry job_id, task and attempt
+        # First, so a busy port fails the worker before it connects, registers or says it
+        # started (ConfigurationError, one line).
+        metrics_server = serve_metrics(self.metrics_port, self.metrics_host, self.metrics.registry)
         # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
         # database (a deploy racing a database restart), saying so.
-        self._pool = await connect_when_ready(self.db, self.id, wait=not self.burst)
+        try:
+            self._pool = await connect_when_ready(self.db, self.id, wait=not self.burst)
+        except BaseException:
+            stop_metrics(metrics_server)
+            raise
         installed = []
         helpers: list[asyncio.Task[None]] = []
-        metrics_server = None
         try:
             if self.install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -288,14 +305,10 @@ class Worker:
             if self.retention is not None:
                 pruner = run_retention(self._pool, self.db, self.retention)
                 helpers.append(asyncio.create_task(pruner, name="cronbase-retention"))
-            if self.metrics_port is not None:
-                metrics_server = start_http_server(
-                    self.metrics_port, self.metrics_host, registry=self.metrics.registry
-                )[0]
-                logger.info("metrics on http://%s:%d/metrics", self.metrics_host, self.metrics_port)
             logger.info(
-                "worker %s started: queues=%s concurrency=%d%s%s",
+                "worker %s started on %s: queues=%s concurrency=%d%s%s",
                 self.id,
+                describe_url(self.db.url),
                 ",".join(
                     [f"{q}={n}" for q, n in self.queue_caps.items()]
                     if self.queue_caps
@@ -323,9 +336,7 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             for sig in installed:
                 loop.remove_signal_handler(sig)
-            if metrics_server is not None:
-                metrics_server.shutdown()
-                metrics_server.server_close()
+            stop_metrics(metrics_server)
             try:
                 async with self._pool.connection() as conn:
                     await conn.execute(self.db.queries.unregister_worker, {"id": self.id})
