@@ -24,6 +24,7 @@ from ..db import pool
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
 from ..limits import INT4_MAX as INT4_MAX
+from ..payload import short
 
 logger = logging.getLogger("cronbase")
 
@@ -210,18 +211,38 @@ _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a num
 
 
 def parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> Payload:
-    """The --payload option: a JSON object, the task's arguments by name."""
+    """The --payload option: a JSON object, the task's arguments by name; inline, or read from a
+    file (``@payload.json``) or stdin (``-``) when it is too long for a command line (~128 KB)."""
+    text, shown = _payload_text(value)
     try:
-        parsed = json.loads(value)
+        parsed = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{value!r} is not valid JSON: {exc}") from None
+        raise click.BadParameter(f"{shown} is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         kind = "null" if parsed is None else _JSON_KINDS.get(type(parsed), "a number")
         raise click.BadParameter(
-            f"{value!r} is {kind}; it must be a JSON object of the task's arguments, "
+            f"{shown} is {kind}; it must be a JSON object of the task's arguments, "
             "e.g. '{\"invoice_id\": 812}'"
         )
     return parsed
+
+
+def _payload_text(value: str) -> tuple[str, str]:
+    """The --payload text, and how a message names it (the file, stdin, or the text itself)."""
+    if value == "-":
+        return sys.stdin.read(), "stdin"
+    if not value.startswith("@"):
+        return value, short(value)
+    path = value[1:]
+    if not path:
+        raise click.BadParameter("'@' needs a file name: --payload @payload.json")
+    try:
+        with open(path, encoding="utf-8") as source:
+            return source.read(), f"file {path!r}"
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {value!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(f"file {path!r} is not UTF-8 text: {exc.reason}") from None
 
 
 def parse_aware_time(

@@ -320,7 +320,7 @@ def _exit_if_handlers_linger() -> None:
     default="{}",
     callback=parse_payload,
     show_default=True,
-    help="The task's arguments as a JSON object.",
+    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
 )
 @click.option(
     "--run-at",

@@ -95,7 +95,7 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
     default="{}",
     callback=parse_payload,
     show_default=True,
-    help="The task's arguments as a JSON object.",
+    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
 )
 @click.option("--queue", help="Queue of its jobs (default: the task's).")
 @click.option(
