@@ -2,6 +2,7 @@
 # The Debian packages `make test` needs beyond Python: installs the missing ones with apt-get when
 # run as root, otherwise stops at once with the one command to run. Silent when all are present.
 #   chromium       /usr/bin/chromium: the dashboard's browser tests (Playwright executable_path)
+#   openssl        /usr/bin/openssl: a self-signed certificate for the dashboard's TLS test
 #   pgbouncer      /usr/sbin/pgbouncer: tests/servers.py puts a real pgbouncer in front of servers
 #   postgresql-15  initdb, pg_ctl, postgres, pg_basebackup: tests/servers.py's own clusters, which
 #                  tests restart, kill and fail over (and CI's second `make test` on PostgreSQL 15)
@@ -20,6 +21,7 @@ need() { # need PACKAGE FILE...: PACKAGE is missing when one of its files is not
     done
 }
 need chromium /usr/bin/chromium
+need openssl /usr/bin/openssl
 need pgbouncer /usr/sbin/pgbouncer
 need postgresql-15 "$PG15/initdb" "$PG15/pg_ctl" "$PG15/postgres" "$PG15/pg_basebackup"
 

@@ -5,6 +5,8 @@ from .client import JobOptions
 from .context import JobContext, current_job
 from .effects import Effect, EffectRecord
 from .errors import (
+    AttemptCancelledError,
+    AttemptTimeoutError,
     Cancel,
     ConfigurationError,
     ConnectionTypeError,
@@ -21,6 +23,7 @@ from .errors import (
     LeaseLostError,
     MigrationError,
     PayloadError,
+    ProcessDiedError,
     ResultError,
     ScheduleError,
     Snooze,
@@ -39,6 +42,8 @@ from .workflow import Chain, Group, Signature, chain, group
 
 __all__ = [
     "App",
+    "AttemptCancelledError",
+    "AttemptTimeoutError",
     "Backoff",
     "Cancel",
     "Chain",
@@ -67,6 +72,7 @@ __all__ = [
     "LeaseLostError",
     "MigrationError",
     "PayloadError",
+    "ProcessDiedError",
     "Rate",
     "ResultError",
     "Schedule",

@@ -39,7 +39,15 @@ from .stats import (
     task_stats_async,
     unserved_jobs,
 )
-from .task import Task, TaskDefaults, check_steering, check_unique, find_task
+from .task import (
+    Isolation,
+    Task,
+    TaskDefaults,
+    check_isolation,
+    check_steering,
+    check_unique,
+    find_task,
+)
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -159,6 +167,7 @@ class App:
         max_snoozes: int = 100,
         unique_for: DurationLike | None = None,
         unique_key: str | None = None,
+        isolation: Isolation = "thread",
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -181,6 +190,7 @@ class App:
         max_snoozes: int = 100,
         unique_for: DurationLike | None = None,
         unique_key: str | None = None,
+        isolation: Isolation = "thread",
     ) -> Any:
         """Register a handler. Sync handlers run in a thread pool, async ones on the loop.
 
@@ -189,8 +199,9 @@ class App:
         ``key_concurrency`` (running jobs per key), ``rate_limit`` (``"100/minute"``: starts in
         any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
         ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
-        ``unique_key``): one job per window.
-        Durations (``lease``, ``timeout``, ``unique_for``) are timedeltas or seconds.
+        ``unique_key``): one job per window. ``isolation="process"``: a sync handler runs in a
+        child process, killed at its ``timeout`` (a thread cannot be stopped). Durations
+        (``lease``, ``timeout``, ``unique_for``) are timedeltas or seconds.
         """
         lease = duration("lease", lease, signed=True)
         timeout = optional_duration("timeout", timeout, positive=True)
@@ -201,6 +212,7 @@ class App:
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = check_name("task", f.__name__ if name is None else name)
+            check_isolation(task_name, f, isolation)
             if task_name in self.tasks:
                 raise ConfigurationError(
                     f"task name {task_name!r} is registered twice "
@@ -226,6 +238,7 @@ class App:
                 max_snoozes=max_snoozes,
                 unique_for=unique_for,
                 unique_key=unique_key,
+                isolation=isolation,
             )
             task = Task(self.db, f, task_name, defaults, self.hooks)
             self.tasks[task_name] = task

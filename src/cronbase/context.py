@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from .errors import CronbaseError, DatabaseUnavailableError, DatabaseURLError, LeaseLostError
+from .errors import (
+    AttemptTimeoutError,
+    CronbaseError,
+    DatabaseUnavailableError,
+    DatabaseURLError,
+    LeaseLostError,
+)
 from .job import Payload
 
 if TYPE_CHECKING:
@@ -47,6 +53,9 @@ class JobContext:
     # Set by the worker (from its loop) when a lease renewal found the lease gone: the attempt
     # may run on, fenced out, but starts no effect and no transaction().
     lease_lost: bool = field(default=False, repr=False)
+    # Set by the worker when the attempt passed its task's timeout: cancelled as for a lost
+    # lease (a sync handler runs on until it returns, but starts nothing more).
+    timed_out: bool = field(default=False, repr=False)
     # Called (from any thread) when progress changes, so the worker can store it soon.
     _on_progress: Callable[[], None] = field(repr=False, default=lambda: None)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -80,11 +89,14 @@ class JobContext:
         ...     conn.execute("UPDATE invoices SET sent = true WHERE id = %s", [invoice_id])
         """
         db = self._require_db()
-        self.check_lease()
+        self.check_live()
         conn: psycopg.Connection[Any] | None = None
         try:
             with db.pool().connection() as conn, conn.transaction():
                 yield conn
+                # Cancelled while the block ran (its timeout passed): roll back, so a late
+                # handler cannot commit its effect.
+                self.check_live("the commit of transaction()")
                 if self.lease is not None:
                     conn.execute(db.queries.limit_idle_transaction, self._idle_limit())
                 rows = conn.execute(db.queries.finish_jobs, self._success()).fetchall()
@@ -97,12 +109,13 @@ class JobContext:
     async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """The async twin of :meth:`transaction`, for async handlers."""
         db = self._require_db()
-        self.check_lease()
+        self.check_live()
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
             pool = await db.async_pool()
             async with pool.connection() as conn, conn.transaction():
                 yield conn
+                self.check_live("the commit of transaction_async()")
                 if self.lease is not None:
                     await conn.execute(db.queries.limit_idle_transaction, self._idle_limit())
                 cur = await conn.execute(db.queries.finish_jobs, self._success())
@@ -202,17 +215,28 @@ class JobContext:
         return self._durable
 
     def is_cancelled(self) -> bool:
-        """True once this attempt's lease is gone: an operator cancelled or retried the job, or
-        its lease ran out and it was reaped. The worker learns it at its next heartbeat (a third
-        of the lease), so a sync handler that polls this between steps can stop; whatever it
-        writes about the job from then on is fenced out. An async handler is cancelled outright
-        (CancelledError), as before."""
-        return self.lease_lost
+        """True once this attempt is cancelled: it passed its task's timeout, or its lease is
+        gone (an operator cancelled or retried the job, or its lease ran out and it was reaped;
+        the worker learns that at its next heartbeat, a third of the lease). A sync handler
+        that polls this between steps can stop; from then on transaction(), effects and steps
+        refuse to start, and whatever it writes about the job is fenced out. An async handler
+        is cancelled outright (CancelledError)."""
+        return self.lease_lost or self.timed_out
 
-    def check_lease(self, what: str = "transaction()") -> None:
-        """Raise LeaseLostError when the worker found this attempt's lease gone."""
+    def time_out(self) -> None:
+        """Cancel this attempt at its timeout (the worker calls it; any thread)."""
+        self.timed_out = True
+
+    def check_live(self, what: str = "transaction()") -> None:
+        """Raise when this attempt is cancelled: LeaseLostError when the worker found its lease
+        gone, AttemptTimeoutError when it passed its timeout."""
         if self.lease_lost:
             raise self.lease_lost_error(what)
+        if self.timed_out:
+            raise AttemptTimeoutError(
+                f"job {self.id} attempt {self.attempt}: cancelled at its timeout; {what} not "
+                "started"
+            )
 
     def lease_lost_error(self, what: str) -> LeaseLostError:
         return LeaseLostError(

@@ -251,7 +251,7 @@ class Effects:
         job = running_job()
         if job is None or job.lease_token is None:
             return None
-        job.check_lease(f"effect {key!r}")
+        job.check_live(f"effect {key!r}")
         return {"id": job.id, "token": job.lease_token}
 
     def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:

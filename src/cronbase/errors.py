@@ -98,9 +98,24 @@ class DatabaseUnavailableError(CronbaseError):
     is handed back, not counted, and runs again once the database is back."""
 
 
-class LeaseLostError(CronbaseError):
+class AttemptCancelledError(CronbaseError):
+    """The running attempt was cancelled: its lease is gone, or it passed its timeout. It may run
+    on (a sync handler cannot be stopped), but starts no effect, step or transaction()."""
+
+
+class LeaseLostError(AttemptCancelledError):
     """The running attempt's lease is gone (expired, cancelled, retried by an operator): another
     attempt may own the job, so this one may not start an effect or a transaction()."""
+
+
+class AttemptTimeoutError(AttemptCancelledError, TimeoutError):
+    """The running attempt passed its task's ``timeout`` and was cancelled: the attempt is
+    recorded as timed out, so the handler may not start an effect, step or transaction()."""
+
+
+class ProcessDiedError(CronbaseError):
+    """A task with ``isolation="process"``: the child process running the handler died (a crash,
+    a signal, ``os._exit``) before the handler returned; an ordinary failed attempt."""
 
 
 class ResultError(CronbaseError):

@@ -3,7 +3,7 @@ where, how busy, serving what, and which jobs are in their hands."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,17 @@ if TYPE_CHECKING:
 
 # Jobs in a worker's hands listed per worker (busy counts all of them).
 JOBS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """A handler running past its timeout: cancelled, not yet returned (it keeps its slot)."""
+
+    job_id: int
+    task: str
+    attempt: int
+    # How long past its timeout, as of now (its worker's last heartbeat, plus the time since).
+    seconds_past: float
 
 
 @dataclass(frozen=True)
@@ -34,11 +45,22 @@ class WorkerInfo:
     # Its running jobs: how many, and the first JOBS_SHOWN of them (id, task), oldest first.
     busy: int
     jobs: list[tuple[int, str]]
+    # Handlers it runs past their timeout (named in its log too).
+    overruns: list[Overrun] = field(default_factory=list)
 
     @classmethod
     def from_row(cls, row: Row) -> WorkerInfo:
-        values = {f.name: row[f.name] for f in fields(cls) if f.name != "jobs"}
-        return cls(**values, jobs=list(zip(row["job_ids"], row["job_tasks"], strict=True)))
+        values = {f.name: row[f.name] for f in fields(cls) if f.name not in ("jobs", "overruns")}
+        since = row["heartbeat_age"] if row["alive"] else 0.0
+        overruns = [
+            Overrun(o["job_id"], o["task"], o["attempt"], o["seconds_past"] + since)
+            for o in row["overruns"] or []
+        ]
+        return cls(
+            **values,
+            jobs=list(zip(row["job_ids"], row["job_tasks"], strict=True)),
+            overruns=overruns,
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -46,6 +68,7 @@ class WorkerInfo:
             value = getattr(self, f.name)
             out[f.name] = value.isoformat() if isinstance(value, datetime) else value
         out["jobs"] = [{"id": job_id, "task": task} for job_id, task in self.jobs]
+        out["overruns"] = [asdict(o) for o in self.overruns]
         return out
 
 

@@ -154,6 +154,19 @@ class WorkerMetrics:
             "cronbase_job_duration_seconds", "Handler run time", DURATION_BUCKETS
         )
         self.registry.register(self.duration)
+        self.timeouts = Counter(
+            "cronbase_jobs_timed_out",
+            "Attempts cancelled at their task's timeout",
+            ["task", "queue"],
+            registry=self.registry,
+        )
+        self.overruns = Counter(
+            "cronbase_jobs_overran",
+            "Timed-out attempts whose handler was still running a second after it was cancelled "
+            "(sync handlers that ignore is_cancelled(); the Workers page names them)",
+            ["task", "queue"],
+            registry=self.registry,
+        )
         self.lease_renewals = Counter(
             "cronbase_lease_renewals", "Leases this worker renewed", registry=self.registry
         )

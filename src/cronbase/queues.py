@@ -9,16 +9,23 @@ Limits: ``set_limit(name, n)`` (at most n running jobs of the queue across all w
 already waiting obey them; running jobs count at once. The plain claim stops taking the queue's
 jobs as soon as the limit commits, and each worker's flow claim (``db/sql/flow.sql``) takes them
 from its next reap on (``reap_interval``, 5 s by default).
+
+An operator's pause, resume or limit of a queue nothing uses is refused unless forced
+(:meth:`Queues.check_used`): a typo would otherwise act on nothing, silently. The CLI and the
+dashboard both ask it; the library's own ``pause()`` and ``set_limit()`` do not.
 """
 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .db.database import Row
+from .errors import InvalidNameError
+from .fleet import workers, workers_async
 from .flow import Rate, check_limit, parse_rate
 from .limits import check_name
 
@@ -62,6 +69,22 @@ class QueueState:
 
 def _check(name: str) -> None:
     check_name("queue", name)
+
+
+KNOWN_SHOWN = 20  # queue names a refusal lists
+
+
+def check_queue_used(name: str, used: Iterable[str], *, force: bool = False) -> str:
+    """``name`` when it is a valid queue name that is one of ``used``, or ``force``;
+    InvalidNameError naming it and the queues in use otherwise."""
+    _check(name)
+    known = sorted(set(used))
+    if force or name in known:
+        return name
+    names = ", ".join(known[:KNOWN_SHOWN]) or "none yet"
+    if len(known) > KNOWN_SHOWN:
+        names += f" and {len(known) - KNOWN_SHOWN} more"
+    raise InvalidNameError(f"no task, job or worker uses queue {name!r} (known queues: {names})")
 
 
 def limit_params(name: str, max_running: int | None) -> dict[str, object]:
@@ -134,6 +157,42 @@ class Queues:
         row = await self.db.fetch_one_async(self.db.queries.set_queue_rate, rate_params(name, rate))
         assert row is not None
         return QueueState.from_row(row)
+
+    def used(self, task_queues: Iterable[str] = ()) -> set[str]:
+        """The queues something uses: a job's, an earlier pause's or limit's, a registered
+        worker's, and ``task_queues`` (the queues of the caller's tasks)."""
+        found = {q.name for q in self.list()} | set(task_queues)
+        for worker in workers(self.db):
+            found |= set(worker.queues or ())
+        return found
+
+    async def used_async(self, task_queues: Iterable[str] = ()) -> set[str]:
+        found = {q.name for q in await self.list_async()} | set(task_queues)
+        for worker in await workers_async(self.db):
+            found |= set(worker.queues or ())
+        return found
+
+    def check_used(
+        self, name: str, *, task_queues: Iterable[str] = (), force: bool = False
+    ) -> None:
+        """Refuse (InvalidNameError) to act on a queue nothing uses, unless ``force``: the rule
+        of ``cronbase queues pause|resume|limit|rate`` and of the dashboard's queue forms.
+
+        >>> app.queues.check_used("emials", task_queues=["emails"])  # doctest: +SKIP
+        InvalidNameError: no task, job or worker uses queue 'emials' (known queues: emails)
+        """
+        _check(name)  # a bad name is refused as such, forced or not
+        tasks = set(task_queues)
+        if not (force or name in tasks):  # the queries scan the jobs' queues: only when needed
+            check_queue_used(name, self.used(tasks))
+
+    async def check_used_async(
+        self, name: str, *, task_queues: Iterable[str] = (), force: bool = False
+    ) -> None:
+        _check(name)
+        tasks = set(task_queues)
+        if not (force or name in tasks):
+            check_queue_used(name, await self.used_async(tasks))
 
     def list(self) -> list[QueueState]:
         return [QueueState.from_row(r) for r in self.db.fetch_all(self.db.queries.list_queues)]

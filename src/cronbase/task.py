@@ -102,6 +102,33 @@ class TaskDefaults:
     # One job per task, key and window of this length (unique_key: a template over the payload).
     unique_for: timedelta | None = None
     unique_key: str | None = None
+    # Where a sync handler runs: a thread of the worker's pool, or a child process that is
+    # killed at the timeout (worker/isolation.py).
+    isolation: Isolation = "thread"
+
+
+Isolation = Literal["thread", "process"]
+ISOLATIONS: tuple[Isolation, ...] = ("thread", "process")
+
+
+def check_isolation(name: str, func: Callable[..., Any], isolation: object) -> None:
+    """Refuse, naming the value, an isolation a handler cannot run under."""
+    if isolation not in ISOLATIONS:
+        raise ConfigurationError(
+            f"task {name!r}: isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}"
+        )
+    if isolation == "process":
+        if inspect.iscoroutinefunction(func):
+            raise ConfigurationError(
+                f"task {name!r}: isolation='process' is for sync handlers; an async handler is "
+                "cancelled at its timeout already"
+            )
+        qualname = func.__qualname__
+        if "<locals>" in qualname or "<lambda>" in qualname:
+            raise ConfigurationError(
+                f"task {name!r}: isolation='process' needs a handler defined at module level "
+                f"(a child process imports it), not {func.__module__}.{qualname}"
+            )
 
 
 class Task(Generic[P, R]):
@@ -155,6 +182,10 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
+
+    @property
+    def isolation(self) -> Isolation:
+        return self.defaults.isolation
 
     def gives_up(self, exc: BaseException) -> bool:
         """Whether retry_on / dont_retry_on say this exception is not worth a retry (the job

@@ -3,6 +3,7 @@ headless Chromium (Debian's, driven by Playwright), and the test app with burst 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -17,6 +18,7 @@ from typing import IO, Any
 
 import httpx
 import pytest
+import uvicorn
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 import cronbase
@@ -69,7 +71,9 @@ class Dashboard:
 
 @contextlib.contextmanager
 def running_dashboard(database_url: str, log: Path, *args: str, **env: str) -> Iterator[Dashboard]:
-    """``cronbase dashboard`` on a free loopback port, ready to answer; stopped with SIGTERM."""
+    """``cronbase dashboard`` on a free loopback port, ready to answer; stopped with SIGTERM.
+
+    With ``--certfile`` among ``args`` it serves HTTPS (its readiness is asked unverified)."""
     assert CRONBASE.exists(), f"console script missing: {CRONBASE}"
     port = free_port()
     command = [str(CRONBASE), "--app", APP, "dashboard", "--port", str(port), *args]
@@ -83,13 +87,14 @@ def running_dashboard(database_url: str, log: Path, *args: str, **env: str) -> I
             stderr=subprocess.STDOUT,
             text=True,
         )
-    dashboard = Dashboard(f"http://127.0.0.1:{port}", process, log)
+    scheme = "https" if "--certfile" in args else "http"
+    dashboard = Dashboard(f"{scheme}://127.0.0.1:{port}", process, log)
 
     def is_up() -> bool:
         if process.poll() is not None:
             pytest.fail(f"the dashboard exited with {process.returncode}:\n{dashboard.output()}")
         try:
-            httpx.get(dashboard.url + "/static/dashboard.css", timeout=5)
+            httpx.get(dashboard.url + "/static/dashboard.css", timeout=5, verify=False)
         except httpx.TransportError:
             return False
         return True
@@ -112,6 +117,41 @@ def dashboard(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
     log = tmp_path_factory.mktemp("dashboard") / "dashboard.log"
     with running_dashboard(database_url, log) as running:
         yield running
+
+
+@contextlib.contextmanager
+def serving(web: Any, app: cronbase.App, **config: Any) -> Iterator[str]:
+    """``web`` (the dashboard, or an app it is mounted in) served by uvicorn on a free loopback
+    port in a thread of its own, as ``uvicorn.Config(**config)`` sets it up; yields its URL and
+    closes ``app``'s pools on that thread's loop when it stops."""
+    port = free_port()
+    options = {"lifespan": "off", "log_level": "warning", **config}
+    server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=port, **options))
+    failures: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await server.serve()
+        finally:
+            await app.aclose()
+
+    def main() -> None:
+        try:
+            asyncio.run(run())
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=main, daemon=True, name="test-uvicorn")
+    thread.start()
+    wait_for(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
+    assert server.started, failures
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "uvicorn did not stop within 30 s"
+        assert not failures, failures
 
 
 # Package scope, not session: Playwright's sync API keeps an event loop marked running on this

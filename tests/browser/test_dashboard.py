@@ -212,6 +212,26 @@ def test_workers_page_shows_a_live_worker_with_the_job_in_its_hands(
     expect(page.locator("table#workers")).to_contain_text("no workers registered", timeout=15_000)
 
 
+def test_a_running_jobs_page_polls_its_changing_parts_without_the_payload(
+    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    job_id = test_app.tasks["hold"].defer(n=4242)
+    worker = start_thread(lambda: test_app.run_worker(burst=True, install_signal_handlers=False))
+    wait_for(lambda: status_of(db, job_id) == "running", what="the hold job to run")
+    page.goto(f"/jobs/{job_id}")
+    expect(page.locator("#job-status")).to_have_text("running")
+    with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job_id}/live")) as polled:
+        pass  # the page asks every 2 seconds
+    assert polled.value.status == 200
+    assert '"n": 4242' not in polled.value.text()  # the payload is not sent again
+    dashboard_app.RELEASE_HOLD.set()
+    worker.join(60)
+    expect(page.locator("#job-status")).to_have_text("succeeded")
+    expect(page.locator("article.attempt")).to_have_count(1)  # swapped out of band
+    expect(page.locator("pre.payload")).to_have_count(1)
+    expect(page.locator("pre.payload")).to_contain_text('"n": 4242')
+
+
 def test_scheduled_view_runs_a_future_job_now(
     page: Page, test_app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:

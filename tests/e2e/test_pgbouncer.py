@@ -261,7 +261,7 @@ def test_the_dashboard_through_transaction_mode(
 
     async def pages() -> list[tuple[str, int, str]]:
         transport = httpx.ASGITransport(app=web, client=("127.0.0.1", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://dashboard") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             found = []
             # Each page more than psycopg's prepare threshold (5): no prepared statement.
             for _ in range(6):

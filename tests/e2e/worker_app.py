@@ -83,6 +83,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--poll-interval", type=float, default=0.5, metavar="SECONDS")
     parser.add_argument("--reap-interval", type=float, default=0.5, metavar="SECONDS")
     parser.add_argument("--shutdown-grace", type=float, default=25.0, metavar="SECONDS")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT")
     return parser.parse_args(argv)
 
 
@@ -100,6 +101,7 @@ def main(argv: list[str], make: Callable[[], cronbase.App] = make_app) -> None:
         poll_interval=timedelta(seconds=args.poll_interval),
         reap_interval=timedelta(seconds=args.reap_interval),
         shutdown_grace=timedelta(seconds=args.shutdown_grace),
+        metrics_port=args.metrics_port,
     )
     asyncio.run(worker.run())
     app.close()

@@ -87,7 +87,7 @@ def test_orders_commit_with_their_job_a_declined_one_leaves_neither_and_the_job_
         transport = httpx.ASGITransport(committed_at_response_start(api, db, seen))
         async with (
             api.router.lifespan_context(api),
-            httpx.AsyncClient(transport=transport, base_url="http://shop.test") as client,
+            httpx.AsyncClient(transport=transport, base_url="http://localhost") as client,
         ):
             pool = await example.app.async_pool()
             placed = await client.post("/orders", json={"item": "teapot", "amount_cents": 25_00})
@@ -131,7 +131,9 @@ def test_the_dashboard_answers_this_machine_only_without_credentials(
             answers = []
             for client in (("127.0.0.1", 40000), ("203.0.113.9", 40000)):
                 transport = httpx.ASGITransport(api, client=client)
-                async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://localhost"
+                ) as http:
                     answers.append((await http.get("/jobs-admin/")).status_code)
             return answers[0], answers[1]
 

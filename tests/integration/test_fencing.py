@@ -55,6 +55,7 @@ def heartbeat(
         "progress": [99.0],
         "stages": ["stale"],
         "worker": worker,
+        "overruns": None,
     }
     return db.execute(app.queries.heartbeat_jobs, params).fetchall()
 

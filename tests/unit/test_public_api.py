@@ -6,6 +6,8 @@ import cronbase
 
 EXPECTED = [
     "App",
+    "AttemptCancelledError",
+    "AttemptTimeoutError",
     "Backoff",
     "Cancel",
     "Chain",
@@ -34,6 +36,7 @@ EXPECTED = [
     "LeaseLostError",
     "MigrationError",
     "PayloadError",
+    "ProcessDiedError",
     "Rate",
     "ResultError",
     "Schedule",

@@ -32,6 +32,32 @@ from .main import cli
     "CRONBASE_DASHBOARD_TOKEN.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name or address the dashboard is served as, beyond localhost, loopback "
+    "addresses and --host (repeatable): any other Host header is refused (DNS rebinding).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDRESS",
+    help="A proxy (address or network, repeatable) whose X-Forwarded-For and X-Forwarded-Proto "
+    "are believed; needs credentials. No other's are.",
+)
+@click.option(
+    "--certfile",
+    type=click.Path(dir_okay=False),
+    help="Serve HTTPS with this certificate (PEM; with its chain).",
+)
+@click.option(
+    "--keyfile",
+    type=click.Path(dir_okay=False),
+    help="The certificate's private key (PEM), unless --certfile holds it.",
+)
+@click.option(
     "--long-running-after",
     type=Duration("minutes", positive=True),
     default=10.0,
@@ -47,16 +73,21 @@ def dashboard(
     user: str | None,
     password: str | None,
     token: str | None,
+    allowed_hosts: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
+    certfile: str | None,
+    keyfile: str | None,
     long_running_after: timedelta,
 ) -> None:
     """Serve the web dashboard: queues, jobs, schedules, effects, actions, audit log.
 
-    Without credentials it binds loopback only; any other address needs a user and password
-    or a token, or the command refuses to start.
+    Without credentials it binds loopback only; any other address, and any --trusted-proxy,
+    needs a user and password or a token, or the command refuses to start. It answers only the
+    hosts it is served as, and a POST only from its own pages.
     """
     try:
         from ..dashboard.auth import Credentials
-        from ..dashboard.server import check_bind, serve
+        from ..dashboard.server import check_bind, check_proxies, check_tls, serve, served_as
     except ImportError as exc:
         raise ConfigurationError(
             f"the dashboard needs the dashboard extra ({exc.name} is missing): "
@@ -64,11 +95,19 @@ def dashboard(
         ) from None
     given = [v or None for v in (user, password, token)]
     auth = None if given == [None, None, None] else Credentials(*given)
-    check_bind(host, auth)  # before anything starts, the embedded database included
+    # Before anything starts, the embedded database included.
+    check_bind(host, auth)
+    check_proxies(trusted_proxies, auth)
+    check_tls(certfile, keyfile)
+    served_as(host, allowed_hosts)
     serve(
         settings.app(),
         host=host,
         port=port,
         auth=auth,
         long_running_after=long_running_after,
+        allowed_hosts=allowed_hosts,
+        trusted_proxies=trusted_proxies,
+        certfile=certfile,
+        keyfile=keyfile,
     )

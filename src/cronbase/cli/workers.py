@@ -65,6 +65,16 @@ def workers(settings: Settings, as_json: bool) -> None:
         out.print("no workers registered: start one with `cronbase worker`")
         return
     out.print(workers_table(found))
+    for w in found:
+        for o in w.overruns:
+            out.print(
+                Text(
+                    f"worker {w.id}: job {o.job_id} ({o.task}) attempt {o.attempt} runs "
+                    f"{o.seconds_past:.0f}s past its timeout (cancelled; its handler ignores "
+                    "it and keeps its slot)",
+                    style="yellow",
+                )
+            )
     gone = sum(1 for w in found if not w.alive)
     if gone:
         out.print(

@@ -1,13 +1,13 @@
 """What an operator can do from the dashboard (POST only, CSRF-checked, each one audited).
 
-Every action runs the same steps (:meth:`Actions._run`): check the CSRF token, do the change
-through the library, write who did what to the audit log, then send the browser to the page
-that shows the result (or, when the library refuses, say why).
+Every action runs the same steps (:meth:`Actions._run`): check the CSRF token, check the form's
+values (a bad one is a 400 naming it), do the change through the library, write who did what to
+the audit log, then send the browser to the page that shows the result (or, when the library
+refuses, say why: 404 for a job or schedule that is not there, 409 for one whose state forbids it).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +18,12 @@ from starlette.responses import RedirectResponse, Response
 
 from .. import admin
 from ..app import App
-from ..errors import CronbaseError, JobNotFoundError
+from ..errors import CronbaseError, JobNotFoundError, ScheduleError
+from ..limits import MAX_KEY_LENGTH, check_key, check_name
+from ..queues import limit_params, rate_params
 from .auth import actor
 from .csrf import CsrfTokens
+from .inputs import BIGINT_MAX, field, form, shown, whole_number
 from .pages import job_id_of
 from .render import Renderer, is_htmx, query, route_path
 
@@ -38,25 +41,27 @@ class Done:
     refused: int | None = None
 
 
-async def _field(request: Request, name: str) -> str:
-    value = (await request.form()).get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise HTTPException(400, f"the form field {name!r} is missing")
-    return value.strip()
-
-
-def _optional_int(what: str, value: str) -> int | None:
+def _optional_number(what: str, value: str) -> int | None:
     """A number from a form field; empty or "none": None."""
     if value.lower() in ("", "none"):
         return None
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
+        raise HTTPException(400, f"{what} {shown(value)} is not a whole number (or none)")
+    return int(value)
+
+
+def _valid(what: Callable[[], Any]) -> Any:
+    """What ``what`` returns; the library's refusal of a value (a bad name, limit or rate) as
+    a 400 with its message."""
     try:
-        return int(value)
-    except ValueError:
-        raise CronbaseError(f"{what} {value!r} is not a whole number (or none)") from None
+        return what()
+    except CronbaseError as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 BULK_ACTIONS = ("retry", "cancel", "delete")
 BULK_MAX = 500  # a page holds 50; a crafted form gets a bound
+RATE_MAX_LENGTH = 40  # "10000/366 days" is 14
 
 
 class Actions:
@@ -74,7 +79,7 @@ class Actions:
             done = await change(who)
         except JobNotFoundError as exc:
             return self.renderer.error(request, 404, str(exc))
-        except CronbaseError as exc:  # refused: a job's state, an unknown schedule key, ...
+        except CronbaseError as exc:  # refused: a job's state, ...
             return self.renderer.error(request, 409, str(exc))
         await self.app.audit.record_async(who, action, done.target, done.detail)
         shown = {"done": done.notice, "count": done.count, "refused": done.refused}
@@ -83,6 +88,31 @@ class Actions:
             # A whole new page (htmx would follow a 303 inside its request and keep the URL).
             return Response(status_code=204, headers={"HX-Redirect": url})
         return RedirectResponse(url, status_code=303)
+
+    async def _queue(self, request: Request) -> str:
+        """The form's queue, when something uses it: the rule of ``cronbase queues``, which
+        only ``--force`` passes (the dashboard offers no force)."""
+        name = await field(request, "queue")
+        _valid(lambda: check_name("queue", name))
+        task_queues = {task.defaults.queue for task in self.app.tasks.values()}
+        try:
+            await self.app.queues.check_used_async(name, task_queues=task_queues)
+        except CronbaseError as exc:
+            raise HTTPException(
+                400,
+                f"{exc}; the dashboard sets up no queue ahead (cronbase queues ... --force does)",
+            ) from None
+        return name
+
+    async def _schedule_key(self, request: Request) -> str:
+        """The form's schedule key, when a schedule has it (404 otherwise)."""
+        key = await field(request, "key")
+        _valid(lambda: check_key("schedule key", key))
+        try:
+            await self.app.schedules.get_async(key)
+        except ScheduleError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return key
 
     async def retry_job(self, request: Request) -> Response:
         job_id = job_id_of(request)
@@ -105,21 +135,19 @@ class Actions:
         return await self._run(request, "job.cancel", change)
 
     async def bulk_jobs(self, request: Request) -> Response:
-        form = await request.form()
-        action = form.get("action")
+        found = await form(request)
+        action = found.get("action")
         if action not in BULK_ACTIONS:
+            shown_action = shown(action) if isinstance(action, str) else "none"
             raise HTTPException(
-                400, f"unknown bulk action {action!r}; one of: retry, cancel, delete"
+                400, f"unknown bulk action {shown_action}; one of: retry, cancel, delete"
             )
-        raw = form.getlist("ids")
+        raw = found.getlist("ids")
         if not raw:
             raise HTTPException(400, "select at least one job (the boxes in the first column)")
         if len(raw) > BULK_MAX:
             raise HTTPException(400, f"at most {BULK_MAX} jobs at once, got {len(raw)}")
-        try:
-            ids = sorted({int(str(value)) for value in raw})
-        except ValueError:
-            raise HTTPException(400, "job ids must be whole numbers") from None
+        ids = sorted({whole_number("a job id", str(value), 1, BIGINT_MAX) for value in raw})
 
         async def change(who: str) -> Done:
             done, refused = await self._bulk(str(action), ids)
@@ -153,7 +181,8 @@ class Actions:
         return done, refused
 
     async def requeue_dead(self, request: Request) -> Response:
-        task = await _field(request, "task")
+        # Any text a dead job's task holds (rows written by other code may break today's rules).
+        task = await field(request, "task", max_length=MAX_KEY_LENGTH)
 
         async def change(who: str) -> Done:
             ids = await admin.requeue_dead_async(self.app.db, task=task)
@@ -163,40 +192,43 @@ class Actions:
         return await self._run(request, "dead.requeue", change)
 
     async def pause_queue(self, request: Request) -> Response:
-        name = await _field(request, "queue")
-
         async def change(who: str) -> Done:
+            name = await self._queue(request)
             await self.app.queues.pause_async(name, actor=who)
             return Done(f"queue:{name}", {}, "overview", {}, "queue-paused")
 
         return await self._run(request, "queue.pause", change)
 
     async def resume_queue(self, request: Request) -> Response:
-        name = await _field(request, "queue")
-
         async def change(who: str) -> Done:
+            name = await self._queue(request)
             await self.app.queues.resume_async(name)
             return Done(f"queue:{name}", {}, "overview", {}, "queue-resumed")
 
         return await self._run(request, "queue.resume", change)
 
     async def limit_queue(self, request: Request) -> Response:
-        name = await _field(request, "queue")
-        value = str((await request.form()).get("max_running") or "").strip()
-
         async def change(who: str) -> Done:
-            limit = _optional_int("limit", value)
+            name = await self._queue(request)
+            value = str((await form(request)).get("max_running") or "").strip()
+            limit = _optional_number("limit", value)
+            _valid(lambda: limit_params(name, limit))
             await self.app.queues.set_limit_async(name, limit)
             return Done(f"queue:{name}", {"max_running": limit}, "overview", {}, "queue-limited")
 
         return await self._run(request, "queue.limit", change)
 
     async def rate_queue(self, request: Request) -> Response:
-        name = await _field(request, "queue")
-        value = str((await request.form()).get("rate") or "").strip()
-
         async def change(who: str) -> Done:
+            name = await self._queue(request)
+            value = str((await form(request)).get("rate") or "").strip()
             rate = None if value.lower() in ("", "none") else value
+            if rate is not None and len(rate) > RATE_MAX_LENGTH:
+                raise HTTPException(400, f"rate {shown(rate)} is not a rate such as 100/minute")
+            try:
+                _valid(lambda: rate_params(name, rate))
+            except (ValueError, OverflowError):  # a period beyond what a timedelta holds
+                raise HTTPException(400, f"rate {shown(value)} is out of range") from None
             state = await self.app.queues.set_rate_async(name, rate)
             detail = {"rate": None if state.rate is None else str(state.rate)}
             return Done(f"queue:{name}", detail, "overview", {}, "queue-rated")
@@ -204,19 +236,17 @@ class Actions:
         return await self._run(request, "queue.rate", change)
 
     async def pause_schedule(self, request: Request) -> Response:
-        key = await _field(request, "key")
-
         async def change(who: str) -> Done:
-            schedule = await asyncio.to_thread(self.app.schedules.pause, key)
+            key = await self._schedule_key(request)
+            schedule = await self.app.schedules.pause_async(key)
             detail = {"task": schedule.task, "cron": schedule.cron, "tz": schedule.tz}
             return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-paused")
 
         return await self._run(request, "schedule.pause", change)
 
     async def run_schedule(self, request: Request) -> Response:
-        key = await _field(request, "key")
-
         async def change(who: str) -> Done:
+            key = await self._schedule_key(request)
             job_id = await self.app.schedules.run_now_async(key)
             detail = {"job_id": job_id}
             return Done(f"schedule:{key}", detail, "job", {"job_id": job_id}, "schedule-run")
@@ -224,10 +254,9 @@ class Actions:
         return await self._run(request, "schedule.run_now", change)
 
     async def resume_schedule(self, request: Request) -> Response:
-        key = await _field(request, "key")
-
         async def change(who: str) -> Done:
-            schedule = await asyncio.to_thread(self.app.schedules.resume, key)
+            key = await self._schedule_key(request)
+            schedule = await self.app.schedules.resume_async(key)
             detail = {"next_fire_at": schedule.next_fire_at.isoformat()}
             return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-resumed")
 

@@ -1,15 +1,19 @@
 """``create_app(app)``: the dashboard as a Starlette application, to serve or to mount.
 
-Layers, outermost first: security headers on every response; authentication (who is asking,
-see auth.py); the CSRF cookie (csrf.py); then the routes: pages.py (GET) and actions.py (POST).
+Layers, outermost first: security headers on every response, Starlette's own errors included;
+the doors (doors.py: the hosts it answers, the origin of a POST, the size of a request);
+authentication (who is asking, see auth.py); the CSRF cookie (csrf.py); then the routes:
+pages.py (GET) and actions.py (POST).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
@@ -21,6 +25,7 @@ from ..errors import ConfigurationError
 from .actions import Actions
 from .auth import AuthMiddleware, Credentials
 from .csrf import CsrfCookieMiddleware, CsrfTokens
+from .doors import DoorsMiddleware, allowed_host
 from .pages import Pages
 from .render import Renderer, where
 
@@ -39,6 +44,8 @@ SECURITY_HEADERS = {
 
 
 class SecurityHeadersMiddleware:
+    """The headers above on every response; ``no-store`` on pages and errors."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -53,18 +60,45 @@ class SecurityHeadersMiddleware:
                 for name, value in SECURITY_HEADERS.items():
                     if name not in headers:
                         headers[name] = value
-                if headers.get("content-type", "").startswith("text/html"):
-                    # Pages are live figures; the static files may be cached (they revalidate).
+                is_page = headers.get("content-type", "").startswith("text/html")
+                if is_page or message["status"] >= 400:
+                    # Pages are live figures, and an error holds for one request; the static
+                    # files may be cached (they revalidate).
                     headers["cache-control"] = "no-store"
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
 
 
+class JobIdConvertor(Convertor[int]):
+    """A job id in a path: 1 to 19 digits, so a longer one finds no page (404) rather than
+    failing in ``int()`` (which refuses more than 4,300 digits) or in the database."""
+
+    regex = "[0-9]{1,19}"
+
+    def convert(self, value: str) -> int:
+        return int(value)
+
+    def to_string(self, value: int) -> str:
+        return str(int(value))
+
+
+register_url_convertor("cronbase_job_id", JobIdConvertor())
+
+
+class Dashboard(Starlette):
+    """Starlette with the security headers outside its outermost layer, the one that answers an
+    unhandled exception with a 500 (user middleware sits inside it and never sees that answer)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeadersMiddleware(super().build_middleware_stack())
+
+
 def create_app(
     app: App,
     *,
     auth: Credentials | None = None,
+    allowed_hosts: Iterable[str] = (),
     long_running_after: timedelta = timedelta(minutes=10),
     page_size: int = 50,
     csrf_secret: bytes | None = None,
@@ -72,25 +106,38 @@ def create_app(
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI application.
 
-    Without ``auth`` it answers loopback clients only (403 to any other address); with
-    :class:`Credentials` every request must present them. ``long_running_after`` is the default
+    Without ``auth`` it answers loopback clients only (403 to any other address, and to any
+    request that came through a proxy); with :class:`Credentials` every request must present
+    them. It answers requests for ``localhost`` and loopback addresses, and for the names and
+    addresses in ``allowed_hosts`` (the ``Host`` it is served as, without a port): any other
+    ``Host`` is a 400, against DNS rebinding. A POST must come from the dashboard's own origin
+    (its ``Origin``, or lacking it its ``Referer``). ``long_running_after`` is the default
     threshold of the "running longer than expected" page. Give ``csrf_secret`` when several
     processes serve one address. The ``App``'s pools stay yours to close.
 
     >>> from starlette.routing import Mount  # doctest: +SKIP
-    >>> web = Starlette(routes=[Mount("/jobs-admin", create_app(app, auth=Credentials(...)))])
+    >>> hosts = ["ops.example.com"]  # doctest: +SKIP
+    >>> dashboard = create_app(app, auth=Credentials(...), allowed_hosts=hosts)  # doctest: +SKIP
+    >>> web = Starlette(routes=[Mount("/jobs-admin", dashboard)])  # doctest: +SKIP
     """
     if long_running_after <= timedelta(0):
         raise ConfigurationError(f"long_running_after must be positive, got {long_running_after!r}")
     if page_size < 1:
         raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
     renderer = Renderer(where(app.database_url, app.schema))
+    if isinstance(allowed_hosts, str):
+        raise ConfigurationError(
+            f"allowed_hosts must be a list of host names, got the string {allowed_hosts!r}"
+        )
+    hosts = [allowed_host(h) for h in allowed_hosts]  # a bad one refused now, not at a request
+    doors = Middleware(DoorsMiddleware, allowed_hosts=hosts)
     pages = Pages(app, renderer, long_running_after=long_running_after, page_size=page_size)
     actions = Actions(app, renderer, CsrfTokens(csrf_secret))
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
-        Route("/jobs/{job_id:int}", pages.job, name="job"),
+        Route("/jobs/{job_id:cronbase_job_id}", pages.job, name="job"),
+        Route("/jobs/{job_id:cronbase_job_id}/live", pages.job_live, name="job_live"),
         Route("/dead", pages.dead, name="dead"),
         Route("/long-running", pages.long_running, name="long_running"),
         Route("/workers", pages.workers, name="workers"),
@@ -100,8 +147,18 @@ def create_app(
         Route("/effects", pages.effects, name="effects"),
         Route("/audit", pages.audit, name="audit"),
         Route("/metrics", pages.metrics, name="metrics"),
-        Route("/jobs/{job_id:int}/retry", actions.retry_job, methods=["POST"], name="retry_job"),
-        Route("/jobs/{job_id:int}/cancel", actions.cancel_job, methods=["POST"], name="cancel_job"),
+        Route(
+            "/jobs/{job_id:cronbase_job_id}/retry",
+            actions.retry_job,
+            methods=["POST"],
+            name="retry_job",
+        ),
+        Route(
+            "/jobs/{job_id:cronbase_job_id}/cancel",
+            actions.cancel_job,
+            methods=["POST"],
+            name="cancel_job",
+        ),
         Route("/dead/requeue", actions.requeue_dead, methods=["POST"], name="requeue_dead"),
         Route("/jobs/bulk", actions.bulk_jobs, methods=["POST"], name="bulk_jobs"),
         Route("/queues/pause", actions.pause_queue, methods=["POST"], name="pause_queue"),
@@ -116,11 +173,11 @@ def create_app(
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = [
-        Middleware(SecurityHeadersMiddleware),
+        doors,
         Middleware(AuthMiddleware, credentials=auth),
         Middleware(CsrfCookieMiddleware, tokens=actions.tokens),
     ]
-    return Starlette(
+    return Dashboard(
         debug=debug,
         routes=routes,
         middleware=middleware,

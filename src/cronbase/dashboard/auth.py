@@ -3,6 +3,11 @@
 The middleware decides who the caller is before any page runs and stores it in the ASGI scope
 as the *actor* the audit log names: the basic-auth user, ``token@<client ip>``, or, without
 credentials, ``dashboard@<client ip>`` (a loopback address).
+
+Loopback trust is decided from the connection, never from a header, and a request that names a
+proxy in its headers is not trusted at all: a server that believes ``X-Forwarded-For`` (uvicorn
+does, from 127.0.0.1 by default) writes the header's address into the connection's, and a proxy
+on this machine makes every client's connection come from 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -26,6 +31,19 @@ ENV_USER = "CRONBASE_DASHBOARD_USER"
 ENV_PASSWORD = "CRONBASE_DASHBOARD_PASSWORD"
 ENV_TOKEN = "CRONBASE_DASHBOARD_TOKEN"
 REALM = 'Basic realm="cronbase dashboard", charset="UTF-8"'
+MIN_SECRET_LENGTH = 16  # of a token or a password: they are tried online, with no lockout
+# Headers a proxy adds: a request carrying one came through a proxy, so its connection's address
+# (the proxy's, or one a server took from the header) says nothing of where the client is.
+PROXY_HEADERS = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +53,7 @@ class Credentials:
     A token is accepted as ``Authorization: Bearer <token>`` and, so that a browser can log in
     with it, as the password of basic auth with any user name.
 
-    >>> Credentials(user="ops", password="s3cret")  # doctest: +SKIP
+    >>> Credentials(user="ops", password="correct horse battery")  # doctest: +SKIP
     >>> Credentials.from_env()  # CRONBASE_DASHBOARD_USER / _PASSWORD / _TOKEN  # doctest: +SKIP
     """
 
@@ -57,11 +75,13 @@ class Credentials:
             raise ConfigurationError(
                 f"dashboard user {self.user!r} contains ':', which basic auth cannot carry"
             )
-        if self.token is not None and len(self.token) < 16:
-            raise ConfigurationError(
-                f"dashboard token is {len(self.token)} characters; use at least 16 "
-                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-            )
+        for name, value in (("token", self.token), ("password", self.password)):
+            if value is not None and len(value) < MIN_SECRET_LENGTH:
+                raise ConfigurationError(
+                    f"dashboard {name} is {len(value)} characters; use at least "
+                    f"{MIN_SECRET_LENGTH} (e.g. python -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))')"
+                )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Credentials | None:
@@ -105,7 +125,8 @@ def _same(given: str, expected: str) -> bool:
 
 def is_loopback_host(host: str) -> bool:
     """Whether binding ``host`` serves this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host.lower() == "localhost":
+    host = host.lower().rstrip(".")
+    if host == "localhost":
         return True
     try:
         address = ipaddress.ip_address(host.strip("[]"))
@@ -135,7 +156,15 @@ class AuthMiddleware:
         client = connection.client.host if connection.client else "unknown"
         refusal: Response | None = None
         if self.credentials is None:
-            if is_loopback_host(client):
+            proxied = next((h for h in PROXY_HEADERS if h in connection.headers), None)
+            if proxied is not None:
+                refusal = PlainTextResponse(
+                    f"this dashboard has no credentials configured, and the request came "
+                    f"through a proxy (its {proxied} header), so it cannot tell whether the "
+                    "client is on this machine; configure a user and password or a token",
+                    status_code=403,
+                )
+            elif is_loopback_host(client):
                 scope[ACTOR_KEY] = f"dashboard@{client}"
             else:
                 refusal = PlainTextResponse(

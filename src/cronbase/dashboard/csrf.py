@@ -4,9 +4,10 @@ Every page carries the token of the browser's cookie (a hidden form field, and a
 ``X-CSRF-Token`` header on htmx requests). A POST is admitted when the echoed token equals the
 cookie's and the cookie's signature is ours: another site can make a browser send the cookie,
 but cannot read it to echo it, and cannot plant a cookie of its own (from a sibling subdomain,
-say) because it cannot sign one. The cookie is ``SameSite=Strict`` besides. There is no Origin
-check: a reverse proxy that rewrites ``Host`` would make every POST look cross-origin. The secret
-is made per process unless one is given (several processes behind one address need the same).
+say) because it cannot sign one. The cookie is ``SameSite=Strict`` besides, and doors.py refuses
+a POST from another origin before this check runs (so a proxy must pass on the ``Host`` the
+browser asked for). The secret is made per process unless one is given (several processes behind
+one address need the same).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .inputs import form
 
 COOKIE = "cronbase_csrf"
 FIELD = "csrf_token"
@@ -51,8 +54,7 @@ class CsrfTokens:
         cookie = request.cookies.get(COOKIE, "")
         echoed = request.headers.get(HEADER)
         if echoed is None:
-            form = await request.form()
-            field = form.get(FIELD)
+            field = (await form(request)).get(FIELD)
             echoed = field if isinstance(field, str) else ""
         same = hmac.compare_digest(cookie.encode("utf-8"), echoed.encode("utf-8"))
         if not (cookie and same and self.is_ours(cookie)):

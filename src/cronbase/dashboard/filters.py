@@ -79,6 +79,27 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
+PREVIEW = 60  # characters of a payload or result shown in a table's cell
+PREVIEW_TITLE = 300  # and in its tooltip
+_PREVIEW_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def preview(value: Any, limit: int = PREVIEW) -> str:
+    """The start of ``value``'s compact JSON, at most ``limit`` characters, "…" when cut.
+
+    Encoded piece by piece and stopped at the limit: a list page shows 50 payloads of up to
+    1 MiB each, and neither the page nor the work to make it should grow with them.
+    """
+    pieces: list[str] = []
+    size = 0
+    for piece in _PREVIEW_ENCODER.iterencode(value):
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit * 2:  # room for the spaces shorten() folds
+            break
+    return shorten("".join(pieces), limit)
+
+
 def shorten(text: str | None, limit: int = 120) -> str:
     if not text:
         return ""
@@ -107,4 +128,5 @@ FILTERS = {
     "pretty_json": pretty_json,
     "compact_json": compact_json,
     "shorten": shorten,
+    "preview": preview,
 }

@@ -22,12 +22,12 @@ from ..metrics import database_registry
 from ..stats import WINDOWS
 from . import filters
 from .charts import throughput_svg
+from .inputs import BIGINT_MAX, whole_number
 from .render import Renderer
 
 # The dead page counts dead jobs per task over at most this many of the newest.
 DEAD_TASKS_SCAN = 1000
 LIST_LIMIT = 200  # rows on the effects and audit pages
-BIGINT_MAX = 2**63 - 1
 PAGE_MAX = 1_000_000
 
 
@@ -49,13 +49,8 @@ def job_id_of(request: Request) -> int:
     return job_id
 
 
-def _positive_int(request: Request, name: str, default: int) -> int:
-    value = request.query_params.get(name) or str(default)
-    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= PAGE_MAX):
-        raise HTTPException(
-            400, f"{name} must be a whole number from 1 to {PAGE_MAX}, got {value!r}"
-        )
-    return int(value)
+def _page(request: Request) -> int:
+    return whole_number("page", request.query_params.get("page") or "1", 1, PAGE_MAX)
 
 
 class Pages:
@@ -94,7 +89,7 @@ class Pages:
         queue = params.get("queue") or None
         task = params.get("task") or None
         search = (params.get("q") or "").strip() or None
-        page = _positive_int(request, "page", 1)
+        page = _page(request)
         found = await admin.search_jobs_async(
             self.app.db,
             status=status,
@@ -142,6 +137,16 @@ class Pages:
         return self.renderer.page(request, "jobs.html", context)
 
     async def job(self, request: Request) -> Response:
+        context = await self._job(request)
+        return self.renderer.page(request, "job.html", context)
+
+    async def job_live(self, request: Request) -> Response:
+        """What changes on a job's page while it runs, without the payload (which does not):
+        the page asks for this every 2 seconds until the job is finished."""
+        context = await self._job(request)
+        return self.renderer.page(request, "job_live.html", context)
+
+    async def _job(self, request: Request) -> dict[str, Any]:
         job_id = job_id_of(request)
         try:
             job = await self.app.jobs.get_async(job_id)
@@ -163,7 +168,7 @@ class Pages:
                 }
             )
         graph = await self.app.jobs.graph_async(job_id, limit=GRAPH_LIMIT)
-        context = {
+        return {
             "section": "jobs",
             "job": job,
             "attempts": shown,
@@ -173,7 +178,6 @@ class Pages:
             "now": datetime.now(UTC),
             "graph": graph if graph.total > 1 else None,
         }
-        return self.renderer.page(request, "job.html", context)
 
     async def tasks(self, request: Request) -> Response:
         window = request.query_params.get("window") or "1h"
@@ -192,7 +196,7 @@ class Pages:
         params = request.query_params
         queue = params.get("queue") or None
         task = params.get("task") or None
-        page = _positive_int(request, "page", 1)
+        page = _page(request)
         found = await admin.scheduled_jobs_async(
             self.app.db,
             queue=queue,

@@ -1,7 +1,12 @@
-"""Rendering pages: the Jinja2 environment (autoescape on), what every page gets, error pages."""
+"""Rendering pages: the Jinja2 environment (autoescape on), what every page gets, error pages.
+
+Every error is a page (or, for an htmx request, a line in the page's flash area) with one line
+that names the bad value; the security headers are added around all of them (app.py).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 from starlette.types import ExceptionHandler
 
@@ -21,6 +26,8 @@ from ..errors import DatabaseUnavailableError, DatabaseURLError
 from . import filters
 from .auth import actor
 from .csrf import FIELD, token
+
+logger = logging.getLogger("cronbase")
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -72,7 +79,7 @@ def notice(request: Request) -> str | None:
     if text is None:
         return None
     numbers = {
-        name: int(value) if value.isascii() and value.isdigit() else 0
+        name: int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else 0
         for name in ("count", "refused")
         for value in [request.query_params.get(name, "0")]
     }
@@ -118,31 +125,64 @@ class Renderer:
         }
         return self.templates.TemplateResponse(request, name, shown, status_code=status_code)
 
-    def error(self, request: Request, status_code: int, message: str) -> Response:
+    def error(
+        self,
+        request: Request,
+        status_code: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
         """An error: a page, or for an htmx action a message put in the page's flash area."""
         if is_htmx(request):
             html = self.templates.get_template("_flash.html").render(message=message)
             # HX-Reselect: a polling region's own hx-select would find nothing in the message.
-            headers = {"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", "HX-Reselect": "p.error"}
-            return HTMLResponse(html, headers=headers)
-        return self.page(
-            request, "error.html", {"status": status_code, "message": message}, status_code
-        )
+            flash = {"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", "HX-Reselect": "p.error"}
+            return HTMLResponse(html, headers={**(headers or {}), **flash})
+        context = {"status": status_code, "message": message}
+        response = self.page(request, "error.html", context, status_code)
+        response.headers.update(headers or {})
+        return response
 
     def exception_handlers(self) -> dict[Any, ExceptionHandler]:
         async def http_error(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, HTTPException)
-            return self.error(request, exc.status_code, exc.detail)
+            return self.error(request, exc.status_code, exc.detail, exc.headers)
+
+        async def refused_data(request: Request, exc: Exception) -> Response:
+            # The values that reach SQL are checked where they come in (inputs.py, doors.py);
+            # this is the net under them: a value the database refuses as data (SQLSTATE 22) is
+            # the request's fault, a 400 that names it, not a 500.
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            logger.warning(
+                "dashboard: %s %s: the database refused a value: %s",
+                request.method,
+                request.url.path,
+                reason,
+            )
+            return self.error(request, 400, f"the database refused a value: {reason}")
+
+        async def server_error(request: Request, exc: Exception) -> Response:
+            # Runs in Starlette's outermost layer, which logs the traceback after it: a plain
+            # response, so that a template or a middleware that failed is not needed again.
+            return PlainTextResponse(
+                "500 Internal Server Error: the dashboard failed on this request; the server's "
+                "log has the traceback",
+                status_code=500,
+            )
 
         async def database_down(request: Request, exc: Exception) -> Response:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if is_htmx(request):  # a live part's refresh: keep the page, say so in the flash
                 return self.error(request, 503, f"database unreachable, retrying: {reason}")
-            context = {"status": 503, "message": reason, "retry_url": str(request.url)}
+            # A path, not a URL: the page asks its own origin again, whatever Host said.
+            retry_url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            context = {"status": 503, "message": reason, "retry_url": retry_url}
             return self.page(request, "unreachable.html", context, 503)
 
         return {
             HTTPException: http_error,
+            psycopg.DataError: refused_data,
+            Exception: server_error,
             psycopg.OperationalError: database_down,
             PoolTimeout: database_down,
             DatabaseURLError: database_down,

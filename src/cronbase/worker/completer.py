@@ -269,6 +269,17 @@ class Completer:
                         o.duration,
                         extra=event_fields(o, "succeeded"),
                     )
+            elif o.outcome == "snoozed" and status == "queued" and o.snooze_cap < 0:
+                logger.info(
+                    "job %d waits for an effect in progress elsewhere: task=%s, runs again in "
+                    "%.3gs (attempt %d not counted): %s",
+                    o.job.id,
+                    o.job.task,
+                    o.retry_in,
+                    o.job.attempt,
+                    o.error,
+                    extra=event_fields(o, "waiting"),
+                )
             elif o.outcome == "snoozed" and status == "queued":
                 logger.info(
                     "job %d snoozed by its handler: task=%s, runs again in %.3gs (attempt %d "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -11,7 +12,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +21,10 @@ from ..durable import Suspend
 from ..errors import (
     Cancel,
     DatabaseUnavailableError,
+    EffectInProgress,
     LeaseLostError,
     PayloadError,
+    ProcessDiedError,
     ResultError,
     Snooze,
     UnknownTaskError,
@@ -30,6 +33,7 @@ from ..job import outcome_status
 from ..payload import encode_result
 from ..task import find_task
 from .claim import ClaimedJob, Undecodable
+from .isolation import Children, Killed, RemoteError
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -37,6 +41,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cronbase")
 
+# A handler still running this many seconds after its timeout cancelled it is named (log,
+# Workers page, metric): a cooperating handler notices is_cancelled() well within it.
+OVERRUN_AFTER = 1.0
+# What the log says of a sync handler in a thread at its timeout.
+THREAD_RUNS_ON = (
+    "cancelled; a sync handler runs on until it returns: its slot and lease are kept, its retry "
+    "waits"
+)
+# A job that met another attempt's effect in progress looks again after its retry delay, at most
+# this many seconds later; the attempt is not counted (an uncounted snooze).
+EFFECT_WAIT_MAX = 60.0
+# finish_jobs' snooze cap for a snooze that is not counted against max_snoozes.
+UNCOUNTED_SNOOZE = -1
 TRACEBACK_LIMIT = 8000  # characters kept, from the end: the innermost frames say the most
 ERROR_LIMIT = 2000
 
@@ -128,18 +145,32 @@ def undecodable(bad: Undecodable) -> Outcome:
     return failure(bad.job, reason, retry_in=0.0, give_up=True, duration=0.0)
 
 
-async def execute(
-    db: Database,
-    tasks: Mapping[str, Task[Any, Any]],
-    job: ClaimedJob,
-    threads: ThreadPoolExecutor,
-    on_progress: Callable[[], None],
-    worker_id: str | None = None,
-) -> Outcome:
-    """Run ``job``'s handler and say how it went; never raises but for cancellation."""
+@dataclass
+class Runtime:
+    """What the worker lends the executor: the database, its tasks, the thread pool for sync
+    handlers, the child processes for isolated ones, and what to tell the worker."""
+
+    db: Database
+    tasks: Mapping[str, Task[Any, Any]]
+    threads: ThreadPoolExecutor
+    children: Children | None = None
+    worker_id: str | None = None
+    # A handler reported progress (from any thread).
+    on_progress: Callable[[], None] = lambda: None
+    # An attempt passed its timeout: cancelled (it may run on: see the note), or killed.
+    on_timeout: Callable[[ClaimedJob, str], None] = lambda job, note: None
+
+
+async def execute(runtime: Runtime, job: ClaimedJob) -> Outcome:
+    """Run ``job``'s handler and say how it went; never raises but for cancellation.
+
+    It returns only once the handler has returned: a sync handler past its timeout is cancelled
+    (``is_cancelled()``, no transaction, effect or step may start) but keeps its slot, and its
+    lease renewed, until it does; two attempts of a job never overlap."""
     started = time.monotonic()
+    db = runtime.db
     try:
-        task = find_task(tasks, job.task)
+        task = find_task(runtime.tasks, job.task)
     except UnknownTaskError as exc:
         # Possibly a deploy in progress: another worker may know the task, so retry later.
         return failure(job, exc, retry_in=60.0, give_up=False, duration=0.0)
@@ -153,9 +184,9 @@ async def execute(
         metadata=job.metadata,
         lease_token=job.lease_token,
         lease=job.lease,
-        worker_id=worker_id,
+        worker_id=runtime.worker_id,
         _db=db,
-        _on_progress=on_progress,
+        _on_progress=runtime.on_progress,
     )
     hooks = task.hooks
     try:
@@ -169,10 +200,10 @@ async def execute(
     set_current(job.context)
     # Plain attribute reads, not Hooks.has_job_hooks: this runs once per job.
     if not (hooks.job_start or hooks.job_end or hooks.job_middleware):
-        return await _attempt(task, kwargs, threads, job, started, db.max_result_bytes)
+        return await _attempt(runtime, task, kwargs, job, started)
     hooks.started(job.context)
     try:
-        outcome = await _attempt(task, kwargs, threads, job, started, db.max_result_bytes)
+        outcome = await _attempt(runtime, task, kwargs, job, started)
     except asyncio.CancelledError as exc:
         # Cancelled: its lease was lost, or the worker stopped past its grace period (the job
         # is handed back). End hooks still pair with the start hooks.
@@ -188,47 +219,77 @@ async def execute(
     return outcome
 
 
+class _TimedOut(Exception):
+    """How _call says the timeout ended the attempt."""
+
+    def __init__(self, late: float | None = None, killed: bool = False) -> None:
+        self.late = late
+        self.killed = killed
+
+
 async def _attempt(
+    runtime: Runtime,
     task: Task[Any, Any],
     kwargs: dict[str, Any],
-    threads: ThreadPoolExecutor,
     job: ClaimedJob,
     started: float,
-    max_result_bytes: int,
 ) -> Outcome:
     """Run the handler (within its timeout and middleware) and say how it went."""
-    timeout = task.defaults.timeout.total_seconds() if task.defaults.timeout else None
     try:
-        if timeout is None:
-            # No asyncio.timeout() at all: a few microseconds a job that a drain of no-op
-            # jobs notices (bench/README.md).
-            returned = await _call(task, kwargs, threads, job.context)
-        else:
-            async with asyncio.timeout(timeout):
-                returned = await _call(task, kwargs, threads, job.context)
-    except TimeoutError as exc:
-        error: BaseException = exc
-        if timeout is not None and time.monotonic() - started >= timeout:
-            error = TimeoutError(f"handler ran past its timeout of {task.defaults.timeout}")
+        returned = await _call(runtime, task, kwargs, job)
+    except _TimedOut as exc:
         return failure(
             job,
-            error,
+            TimeoutError(_timeout_message(task, exc)),
             retry_in=_retry_in(task, job),
             give_up=False,
             duration=time.monotonic() - started,
         )
-    except Suspend as exc:
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+            raise
+        return classify(task, job, exc, time.monotonic() - started)
+    duration = time.monotonic() - started
+    return returned_outcome(job, returned, duration, runtime.db.max_result_bytes)
+
+
+def _timeout_message(task: Task[Any, Any], timed_out: _TimedOut) -> str:
+    text = f"handler ran past its timeout of {task.defaults.timeout}"
+    if timed_out.killed:
+        return text + "; its process was killed"
+    if timed_out.late is not None and timed_out.late >= OVERRUN_AFTER:
+        return text + f" and returned {timed_out.late:.1f}s after it was cancelled"
+    return text
+
+
+def returned_outcome(
+    job: ClaimedJob, returned: object, duration: float, max_result_bytes: int
+) -> Outcome:
+    """The handler returned ``returned``: a success, storing its result (dead when the result
+    cannot be stored: running it again would return the same)."""
+    completed = job.context.completed
+    if returned is not None and not completed and job.result is None:
+        try:
+            job.result = encode_result(job.id, job.task, returned, max_result_bytes)
+        except ResultError as exc:
+            return failure(job, exc, retry_in=0.0, give_up=True, duration=duration)
+    return Outcome(job=job, outcome="succeeded", duration=duration, written=completed)
+
+
+def classify(task: Task[Any, Any], job: ClaimedJob, exc: BaseException, duration: float) -> Outcome:
+    """What an attempt whose handler raised ``exc`` comes to (a pure function of the task, the
+    job and the exception)."""
+    if isinstance(exc, Suspend):
         # sleep() or wait_for(): not an attempt that ended, a pause; the job runs again later.
         return Outcome(
             job=job,
             outcome="suspended",
-            duration=time.monotonic() - started,
+            duration=duration,
             wake_in=exc.wake_in,
             waiting_for=exc.waiting_for,
         )
-    except (Snooze, Cancel) as exc:
-        if not job.context.completed:
-            return steered(job, exc, task, time.monotonic() - started)
+    if job.context.completed:
+        # Its transaction() committed the success: what it raised afterwards changes nothing.
         logger.warning(
             "job %d (%s) raised %s after its transaction() committed; it stays succeeded",
             job.id,
@@ -236,70 +297,177 @@ async def _attempt(
             type(exc).__name__,
         )
         return Outcome(job=job, outcome="succeeded", written=True)
-    except Exception as exc:
-        if job.context.completed:
-            logger.warning(
-                "job %d (%s) raised after its transaction() committed; it stays succeeded: %s",
-                job.id,
-                job.task,
-                exc,
-            )
-            return Outcome(job=job, outcome="succeeded", written=True)
-        if isinstance(exc, DatabaseUnavailableError):
-            # The database went away under the handler (a restart, a failover): not the
-            # handler's fault, so the attempt is handed back and not counted.
-            logger.warning("%s", exc)
-            return Outcome(
-                job=job, outcome="released", error=_trim(str(exc), ERROR_LIMIT), exception=exc
-            )
-        if isinstance(exc, LeaseLostError):
-            # Another attempt may own the job: this one ends with nothing recorded (the fence
-            # would refuse the write anyway).
-            logger.warning("%s", exc)
-            return Outcome(job=job, outcome="lost", written=True, exception=exc)
-        give_up = task.gives_up(exc)
-        return failure(
-            job,
-            exc,
-            retry_in=0.0 if give_up else _retry_in(task, job),
-            give_up=give_up,
-            duration=time.monotonic() - started,
+    if isinstance(exc, Snooze | Cancel):
+        return steered(job, exc, task, duration)
+    if isinstance(exc, DatabaseUnavailableError):
+        # The database went away under the handler (a restart, a failover): not the handler's
+        # fault, so the attempt is handed back and not counted.
+        logger.warning("%s", exc)
+        return Outcome(
+            job=job, outcome="released", error=_trim(str(exc), ERROR_LIMIT), exception=exc
         )
-    if returned is not None and not job.context.completed:
-        try:
-            job.result = encode_result(job.id, job.task, returned, max_result_bytes)
-        except ResultError as exc:
-            # Running it again would return the same: dead at once, saying why.
-            return failure(
-                job, exc, retry_in=0.0, give_up=True, duration=time.monotonic() - started
-            )
-    return Outcome(
-        job=job,
-        outcome="succeeded",
-        duration=time.monotonic() - started,
-        written=job.context.completed,
+    if isinstance(exc, LeaseLostError):
+        # Another attempt may own the job: this one ends with nothing recorded (the fence
+        # would refuse the write anyway).
+        logger.warning("%s", exc)
+        return Outcome(job=job, outcome="lost", written=True, exception=exc)
+    if isinstance(exc, EffectInProgress):
+        # Another attempt (of this job or another) performs the effect: waiting for it is not
+        # this attempt's failure. Queued again after the retry delay, the attempt not counted.
+        return Outcome(
+            job=job,
+            outcome="snoozed",
+            retry_in=min(_retry_in(task, job), EFFECT_WAIT_MAX),
+            error=_trim(f"{type(exc).__name__}: {exc}", ERROR_LIMIT),
+            error_type="EffectInProgress",
+            duration=duration,
+            exception=exc,
+            snooze_cap=UNCOUNTED_SNOOZE,
+        )
+    if isinstance(exc, RemoteError):
+        remote = exc.remote
+        return Outcome(
+            job=job,
+            outcome="dead" if remote.gives_up else "failed",
+            retry_in=0.0 if remote.gives_up else _retry_in(task, job),
+            error=_trim(remote.message or "", ERROR_LIMIT),
+            error_type=remote.error_type,
+            traceback=_trim(remote.traceback or "", TRACEBACK_LIMIT, keep_end=True),
+            duration=duration,
+            exception=exc,
+        )
+    if not isinstance(exc, Exception):
+        raise exc
+    give_up = task.gives_up(exc)
+    return failure(
+        job,
+        exc,
+        retry_in=0.0 if give_up else _retry_in(task, job),
+        give_up=give_up,
+        duration=duration,
     )
 
 
 async def _call(
-    task: Task[Any, Any], kwargs: dict[str, Any], threads: ThreadPoolExecutor, context: JobContext
+    runtime: Runtime, task: Task[Any, Any], kwargs: dict[str, Any], job: ClaimedJob
 ) -> Any:
-    """Run the handler; what it returned."""
-    middleware = task.hooks.job_middleware
+    """Run the handler; what it returned. _TimedOut when its timeout ended it."""
+    timeout = task.defaults.timeout.total_seconds() if task.defaults.timeout else None
+    context = job.context
     if task.is_async:
-        if middleware:
-            return await task.hooks.call_async(context, task.func, kwargs)
-        return await task.func(**kwargs)
-    if middleware:
+        call: Any = (
+            task.hooks.call_async(context, task.func, kwargs)
+            if task.hooks.job_middleware
+            else task.func(**kwargs)
+        )
+        if timeout is None:
+            # No timer at all: a few microseconds a job that a drain of no-op jobs notices
+            # (bench/README.md).
+            return await call
+        return await _async_within(runtime, job, call, timeout)
+    if task.isolation == "process" and runtime.children is not None:
+        return await _in_child(runtime, task, job, timeout)
+    if task.hooks.job_middleware:
         # The middleware runs in the handler's thread, so what it sets (thread-locals, a
         # Sentry scope) is what the handler sees.
-        call = functools.partial(task.hooks.call, context, task.func, kwargs)
+        target = functools.partial(task.hooks.call, context, task.func, kwargs)
     else:
-        call = functools.partial(task.func, **kwargs)
+        target = functools.partial(task.func, **kwargs)
     ctx = contextvars.copy_context()
-    # A sync handler past its timeout keeps its thread until it returns: Python cannot stop a
-    # thread. Its outcome is recorded as a timeout all the same.
-    return await asyncio.get_running_loop().run_in_executor(threads, ctx.run, call)
+    future = asyncio.get_running_loop().run_in_executor(runtime.threads, ctx.run, target)
+    if timeout is None:
+        return await future
+    done, _ = await asyncio.wait((future,), timeout=timeout)
+    if done:
+        return future.result()
+    # Python cannot stop a thread. The attempt is cancelled (it may start no transaction,
+    # effect or step) and keeps its slot and its lease until the handler returns; only then is
+    # it over for the database, so its retry can never run beside it.
+    cancelled_at = time.monotonic()
+    context.time_out()
+    runtime.on_timeout(job, THREAD_RUNS_ON)
+    with contextlib.suppress(Exception):
+        await future
+    raise _TimedOut(late=time.monotonic() - cancelled_at)
+
+
+async def _async_within(runtime: Runtime, job: ClaimedJob, call: Any, limit: float) -> Any:
+    """Await an async handler; after ``limit`` seconds cancel it, and wait until it has really ended
+    (a handler that catches the cancellation runs on, holding its slot and lease)."""
+    this = asyncio.current_task()
+    assert this is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        job.context.time_out()
+        runtime.on_timeout(job, "cancelled")
+        this.cancel()
+
+    cancelled_at = time.monotonic() + limit
+    timer = asyncio.get_running_loop().call_later(limit, expire)
+    try:
+        returned = await call
+    except BaseException as exc:
+        if not expired:
+            raise
+        # Another cancellation (lease lost, grace over) beside the timeout's goes on.
+        if this.uncancel() > 0 and isinstance(exc, asyncio.CancelledError):
+            raise
+        raise _TimedOut(late=time.monotonic() - cancelled_at) from None
+    finally:
+        timer.cancel()
+    if expired:  # the handler swallowed the cancellation and returned: a timeout all the same
+        this.uncancel()
+        raise _TimedOut(late=time.monotonic() - cancelled_at)
+    return returned
+
+
+async def _in_child(
+    runtime: Runtime, task: Task[Any, Any], job: ClaimedJob, limit: float | None
+) -> Any:
+    """Run a sync handler in a child process (isolation="process"), killed at its timeout."""
+    assert runtime.children is not None
+    children = runtime.children
+    context = job.context
+
+    def progress(percent: float, stage: str | None) -> None:
+        with contextlib.suppress(ValueError):
+            context.set_progress(percent, stage)
+
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(runtime.threads, children.run, task, job, limit, progress)
+    try:
+        remote = await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # Lease lost, or the grace period is over: the child goes, and with it the attempt.
+        children.kill(job, "the attempt was cancelled")
+        with contextlib.suppress(BaseException):
+            await future
+        raise
+    except Killed as exc:
+        if limit is not None and exc.reason.startswith("its timeout"):
+            context.time_out()
+            runtime.on_timeout(job, "its process was killed")
+            raise _TimedOut(killed=True) from None
+        raise ProcessDiedError(
+            f"job {job.id} (task {job.task!r}): {exc.reason} before its handler returned"
+        ) from None
+    if remote.completed:
+        context.completed = True
+    if remote.kind == "returned":
+        job.result = remote.result
+        return None
+    if remote.kind == "payload":  # as in execute(): no retry can make it fit
+        raise RemoteError(replace(remote, error_type="cronbase.errors.PayloadError", gives_up=True))
+    if remote.kind == "snooze":
+        raise Snooze(remote.seconds or 0.0)
+    if remote.kind == "cancel":
+        raise Cancel(remote.message or "cancelled by its handler")
+    if remote.kind == "suspend":
+        raise Suspend(remote.seconds, remote.waiting_for)
+    raise RemoteError(remote)
 
 
 def _retry_in(task: Task[Any, Any], job: ClaimedJob) -> float:

@@ -9,10 +9,11 @@ so a dashboard sees them within a second.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .claim import ClaimedJob
 from .health import FailureLog
@@ -28,6 +29,10 @@ PROGRESS_INTERVAL = 0.5  # seconds between progress writes, at most
 IDLE_INTERVAL = timedelta(seconds=10)  # how often an idle worker says it is alive
 
 
+def _json(value: list[dict[str, Any]] | None) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
 class Heartbeater:
     """Renews leases of ``held()`` jobs; calls ``on_lost(job)`` for each lease found lost."""
 
@@ -39,8 +44,11 @@ class Heartbeater:
         held: Callable[[], list[ClaimedJob]],
         on_lost: Callable[[ClaimedJob], None],
         on_renewed: Callable[[int], None] = lambda count: None,
+        overruns: Callable[[], list[dict[str, Any]] | None] = lambda: None,
     ) -> None:
         self._on_renewed = on_renewed
+        # Handlers running past their timeout, stored with the worker's row (the Workers page).
+        self._overruns = overruns
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
@@ -112,6 +120,7 @@ class Heartbeater:
                     "progress": progress,
                     "stages": stages,
                     "worker": self._worker_id,
+                    "overruns": _json(self._overruns()),
                 },
             )
             renewed = {token for _, token in await cur.fetchall()}

@@ -57,10 +57,12 @@ from ..metrics import stop as stop_metrics
 from ..schedule.scheduler import Scheduler
 from .claim import ClaimedJob, claim_jobs, claim_params
 from .completer import Completer
-from .executor import Outcome, execute, undecodable
+from .executor import Outcome, Runtime, execute, undecodable
 from .flow import FlowClaim, candidate_params, claim_flow_jobs, register_params, task_flows
 from .health import FailureLog, connect_when_ready, is_fatal
 from .heartbeat import Heartbeater
+from .isolation import Children
+from .overruns import Overruns
 
 if TYPE_CHECKING:
     from typing import Any
@@ -206,6 +208,10 @@ class Worker:
         self._completer: Completer | None = None
         self._heartbeater: Heartbeater | None = None
         self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="cronbase-job")
+        # Child processes for the sync handlers of isolation="process" tasks (none without).
+        self._children: Children | None = None
+        self._overruns: Overruns | None = None
+        self._runtime: Runtime | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self.started = asyncio.Event()
 
@@ -272,13 +278,26 @@ class Worker:
                 # The limits in this code are the fleet's from now on (last worker started wins).
                 await conn.execute(q.register_task_limits, register_params(self.tasks))
             self._completer = Completer(self._pool, q, self.id, self._on_written)
-            self._heartbeater = Heartbeater(
+            self._overruns = Overruns(self._count_overrun, lambda: heartbeater.progress_changed())
+            heartbeater = self._heartbeater = Heartbeater(
                 self._pool,
                 q,
                 self.id,
                 self._held,
                 self._on_lease_lost,
                 self.metrics.lease_renewals.inc,
+                overruns=self._overruns.snapshot,
+            )
+            if any(t.isolation == "process" for t in self.tasks.values()):
+                self._children = Children(self.db.url, logging.getLogger("cronbase").level)
+            self._runtime = Runtime(
+                self.db,
+                self.tasks,
+                self._threads,
+                self._children,
+                self.id,
+                self._progress_from_any_thread,
+                self._on_timeout,
             )
             self.notifier = Notifier(
                 lambda: self.db.connect_listener(f"cronbase-listener {self.id}"),
@@ -289,6 +308,7 @@ class Worker:
             helpers = [
                 asyncio.create_task(self._completer.run(), name="cronbase-completer"),
                 asyncio.create_task(self._heartbeater.run(), name="cronbase-heartbeat"),
+                asyncio.create_task(self._overruns.run(), name="cronbase-overruns"),
             ]
             if not self.burst:
                 if self.db.listen_url is not None:
@@ -343,6 +363,8 @@ class Worker:
             except Exception as exc:  # the database may be what failed; do not hide the cause
                 logger.warning("could not unregister worker %s: %s", self.id, exc)
             await self._pool.close()
+            if self._children is not None:
+                self._children.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
             logger.info("worker %s stopped: %d jobs claimed", self.id, self.claimed)
 
@@ -548,15 +570,10 @@ class Worker:
 
     async def _run_job(self, job: ClaimedJob) -> Outcome:
         assert self._completer is not None
+        assert self._runtime is not None
+        assert self._overruns is not None
         try:
-            outcome = await execute(
-                self.db,
-                self.tasks,
-                job,
-                self._threads,
-                self._progress_from_any_thread,
-                worker_id=self.id,
-            )
+            outcome = await execute(self._runtime, job)
             # An attempt whose lease was lost is no longer ours to complete (the completion
             # would be fenced out anyway; this saves the round trip and the warning).
             if job not in self._lost and not outcome.written:
@@ -564,6 +581,7 @@ class Worker:
             return outcome
         finally:
             # Also on cancellation (lease lost, grace period over): nothing is written then.
+            self._overruns.returned(job)
             self._running.pop(job, None)
             self._lost.discard(job)
             self._wake.set()
@@ -581,6 +599,25 @@ class Worker:
             if finished is None:
                 finished = self._finished_counters[key] = self.metrics.finished.labels(*key)
             finished.inc(n)
+
+    def _on_timeout(self, job: ClaimedJob, note: str) -> None:
+        logger.warning(
+            "job %d (%s) attempt %d: past its timeout; %s",
+            job.id,
+            job.task,
+            job.attempt,
+            note,
+            extra={"event": "timed_out", "job_id": job.id, "task": job.task},
+        )
+        self.metrics.timeouts.labels(job.task, job.queue).inc()
+        if self._overruns is not None:
+            self._overruns.timed_out(job)
+        if self._heartbeater is not None:
+            # The renewal that follows keeps the lease of an attempt that runs on.
+            self._heartbeater.jobs_changed()
+
+    def _count_overrun(self, job: ClaimedJob) -> None:
+        self.metrics.overruns.labels(job.task, job.queue).inc()
 
     def _progress_from_any_thread(self) -> None:
         # Handlers report progress from their own thread (sync) or from the loop (async).
@@ -612,10 +649,10 @@ class Worker:
         context = job.__dict__.get("context")
         if context is not None:
             context.lease_lost = True  # no effect and no transaction() may start now
-        # An async handler can be stopped; a sync one runs on in its thread, fenced out, and
-        # keeps its slot until it returns.
+        # An async handler can be stopped, and a child process killed; a sync one in a thread
+        # runs on, fenced out, and keeps its slot until it returns.
         task = self.tasks.get(job.task)
-        if task is not None and task.is_async:
+        if task is not None and (task.is_async or task.isolation == "process"):
             running.cancel()
 
     async def _release_orphans(self) -> None:

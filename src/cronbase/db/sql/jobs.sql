@@ -223,14 +223,16 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 -- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up;
 -- 'cancelled' (the handler raised Cancel) ends the job; 'snoozed' (Snooze) puts it back after
 -- retry_in seconds without counting the attempt, unless it has already been snoozed
--- snooze_cap times: then it is dead (SnoozeLimit). A success stores its result.
+-- snooze_cap times: then it is dead (SnoozeLimit); a snooze_cap below 0 is a snooze that is not
+-- counted (the handler waited for another attempt's effect). A success stores its result.
 -- No `status = 'running'` test: a token is set only by a claim and cleared by every statement
 -- that ends the attempt, so a matching token means running. With the test the planner started
 -- from jobs_running_lease_idx (statistics say few rows run), which a busy worker fills with dead
 -- entries between vacuums, and nested-looped it against every outcome: 60-500 ms a batch in a
 -- drain. Without it each outcome is one primary-key probe (so in heartbeat_jobs, release_jobs).
 WITH outcome AS (
-    SELECT *, o.outcome = 'snoozed' AS snoozing
+    SELECT *, o.outcome = 'snoozed' AS snoozing, o.snooze_cap < 0 AS uncounted,
+           CASE WHEN o.snooze_cap < 0 THEN 2147483647 ELSE o.snooze_cap END AS cap
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(outcomes)s::text[],
                 %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
                 %(tracebacks)s::text[], %(results)s::text[], %(snooze_caps)s::integer[])
@@ -240,32 +242,32 @@ WITH outcome AS (
     SET status = CASE
             WHEN o.outcome = 'succeeded' THEN 'succeeded'
             WHEN o.outcome = 'cancelled' THEN 'cancelled'
-            WHEN o.snoozing AND j.snoozes < o.snooze_cap THEN 'queued'
+            WHEN o.snoozing AND j.snoozes < o.cap THEN 'queued'
             WHEN o.outcome IN ('dead', 'snoozed') OR j.attempts >= j.max_attempts THEN 'dead'
             ELSE 'failed' END,
-        attempts = CASE WHEN o.snoozing AND j.snoozes < o.snooze_cap
+        attempts = CASE WHEN o.snoozing AND j.snoozes < o.cap
                         THEN j.attempts - 1 ELSE j.attempts END,
-        snoozes = CASE WHEN o.snoozing AND j.snoozes < o.snooze_cap
+        snoozes = CASE WHEN o.snoozing AND NOT o.uncounted AND j.snoozes < o.cap
                        THEN j.snoozes + 1 ELSE j.snoozes END,
         run_at = CASE
             WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
-                 OR (o.snoozing AND j.snoozes < o.snooze_cap)
+                 OR (o.snoozing AND j.snoozes < o.cap)
             THEN now() + make_interval(secs => o.retry_in)
             ELSE j.run_at END,
         finished_at = CASE
             WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
-                 OR (o.snoozing AND j.snoozes < o.snooze_cap) THEN NULL
+                 OR (o.snoozing AND j.snoozes < o.cap) THEN NULL
             ELSE now() END,
         progress = CASE WHEN o.outcome = 'succeeded' THEN 100 ELSE j.progress END,
         last_error = CASE
-            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.snooze_cap)
+            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.cap)
                 THEN j.last_error
             WHEN o.snoozing
                 THEN format('snoozed %%s times: the task allows %%s (max_snoozes)',
                             j.snoozes + 1, o.snooze_cap)
             ELSE o.error END,
         error_type = CASE
-            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.snooze_cap)
+            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.cap)
                 THEN j.error_type
             WHEN o.snoozing THEN 'SnoozeLimit'
             ELSE o.error_type END,
@@ -293,7 +295,8 @@ SELECT id, status, run_at FROM finished;
 
 -- name: heartbeat_jobs
 -- Extend the leases of the attempts a worker still holds, store their progress, and mark the
--- worker seen. Attempts (tokens) missing from the result have lost their lease.
+-- worker seen, with the handlers it runs past their timeout (%(overruns)s, NULL: none).
+-- Attempts (tokens) missing from the result have lost their lease.
 WITH beat AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(progress)s::real[],
                          %(stages)s::text[])
@@ -308,7 +311,8 @@ WITH beat AS (
     WHERE j.id = b.id AND j.lease_token = b.token
     RETURNING j.id, j.lease_token
 ), seen AS (
-    UPDATE {schema}.workers SET last_seen_at = now() WHERE id = %(worker)s
+    UPDATE {schema}.workers SET last_seen_at = now(), overruns = %(overruns)s::jsonb
+    WHERE id = %(worker)s
 )
 SELECT id, lease_token FROM renewed;
 

@@ -35,7 +35,8 @@ ORDER BY j.task, j.queue;
 
 -- name: worker_overview
 -- Every registered worker with what an operator asks of it: alive (seen within
--- %(live_within)s), busy slots (its running jobs), the first %(jobs_shown)s jobs in its hands.
+-- %(live_within)s), busy slots (its running jobs), the first %(jobs_shown)s jobs in its hands,
+-- and the handlers it runs past their timeout (as of its last heartbeat).
 -- A killed worker's row stays until it ages out; its running jobs show here until reaped.
 WITH running AS (
     SELECT locked_by, count(*) AS busy,
@@ -49,7 +50,8 @@ SELECT w.id, w.hostname, w.pid, w.queues, w.concurrency, w.tasks, w.started_at, 
        extract(epoch FROM now() - w.last_seen_at)::float8 AS heartbeat_age,
        w.last_seen_at > now() - %(live_within)s::interval AS alive,
        COALESCE(r.busy, 0) AS busy,
-       COALESCE(r.job_ids, '{{}}') AS job_ids, COALESCE(r.job_tasks, '{{}}') AS job_tasks
+       COALESCE(r.job_ids, '{{}}') AS job_ids, COALESCE(r.job_tasks, '{{}}') AS job_tasks,
+       w.overruns
 FROM {schema}.workers w
 LEFT JOIN running r ON r.locked_by = w.id
 ORDER BY w.last_seen_at > now() - %(live_within)s::interval DESC, w.started_at;
