@@ -24,6 +24,7 @@ _INT4_MAX = 2**31 - 1
 # Each rate-limited claim rewrites its scope's start log (8 bytes a start): cheap up to a few
 # thousand starts per window.
 MAX_RATE = 10_000
+_PAST_ANY_PERIOD = 367 * 86400  # seconds: longer than any period a rate may have
 _UNITS = {
     "s": 1, "sec": 1, "second": 1,
     "m": 60, "min": 60, "minute": 60,
@@ -67,7 +68,8 @@ def parse_rate(value: object, what: str = "rate_limit") -> Rate:
                 f"{what} {value!r} is not a rate: write N/unit, such as '100/minute', "
                 "'5/second', '1000/hour' or '10/30 seconds'"
             )
-        rate = Rate(int(match[1]), timedelta(seconds=unit * int(match[2] or 1)))
+        # Seconds, not a timedelta yet: a period past what one holds is refused below.
+        rate = Rate(int(match[1]), min(unit * int(match[2] or 1), _PAST_ANY_PERIOD))
     if not 1 <= rate.n <= MAX_RATE:
         raise ConfigurationError(f"{what} {value!r}: the count must be from 1 to {MAX_RATE}")
     if rate.period <= timedelta(0) or rate.period > timedelta(days=366):

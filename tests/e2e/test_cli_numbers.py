@@ -77,3 +77,15 @@ def test_a_job_id_past_a_bigint_is_not_found(
             2,
             "error: no job with id 99999999999999999999",
         )
+
+
+def test_a_queue_rate_period_past_a_duration_is_refused_naming_it(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    rate = "1/99999999999999999999 days"
+    result = cronbase(database_url, "queues", "rate", "emails", rate, "--force")
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        f"error: queue 'emails' rate '{rate}': the period must be from 1 second to 366 days",
+    )
+    assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
