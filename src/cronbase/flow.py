@@ -73,7 +73,9 @@ def parse_rate(value: object, what: str = "rate_limit") -> Rate:
     if not 1 <= rate.n <= MAX_RATE:
         raise ConfigurationError(f"{what} {value!r}: the count must be from 1 to {MAX_RATE}")
     if rate.period <= timedelta(0) or rate.period > timedelta(days=366):
-        raise ConfigurationError(f"{what} {value!r}: the period must be from 1 second to 366 days")
+        raise ConfigurationError(
+            f"{what} {value!r}: the period is out of range; it must be from 1 second to 366 days"
+        )
     return rate
 
 

@@ -86,6 +86,6 @@ def test_a_queue_rate_period_past_a_duration_is_refused_naming_it(
     result = cronbase(database_url, "queues", "rate", "emails", rate, "--force")
     assert (result.returncode, result.stderr.strip()) == (
         2,
-        f"error: queue 'emails' rate '{rate}': the period must be from 1 second to 366 days",
+        f"error: queue 'emails' rate '{rate}': the period is out of range; it must be from 1 second to 366 days",
     )
     assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)

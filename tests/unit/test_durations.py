@@ -132,7 +132,10 @@ def test_a_number_that_is_no_duration_is_refused_naming_the_parameter(
         (lambda: _task(lease=0), "lease must be a positive timedelta of at most 100 years"),
         (lambda: _configure(delay=-1), "delay must be a timedelta of zero or more"),
         (lambda: cronbase.Backoff(base=0), "Backoff base must be positive"),
-        (lambda: _task(rate_limit=cronbase.Rate(5, 0)), "the period must be from 1 second"),
+        (
+            lambda: _task(rate_limit=cronbase.Rate(5, 0)),
+            "the period is out of range; it must be from 1 second",
+        ),
     ],
 )
 def test_a_duration_below_its_least_is_refused_naming_it(
