@@ -199,23 +199,31 @@ class Task(Generic[P, R]):
         """Whether keyword arguments with these names certainly bind (False: ask bind)."""
         return self._fast and self._required <= keys and (self._var_keyword or keys <= self._names)
 
-    def check_payload(self, payload: Payload, *, received: str | None = None) -> None:
+    def check_payload(self, payload: Payload) -> None:
         """Refuse, before anything is written, a payload that does not fit the handler: keys
         that do not bind, or a value its annotation refuses (PayloadError naming the path).
         Values are checked as they will be stored, with the converters the worker runs, so what
-        passes here converts there. ``received``: a key a workflow fills in later (unchecked).
-        """
-        # The common case: a dict whose keys fit, no copy; without annotations to check, done.
-        if not (
-            type(payload) is dict and SCHEDULED_AT not in payload and self._fits(payload.keys())
-        ):
+        passes here converts there."""
+        if type(payload) is dict and SCHEDULED_AT not in payload and self._fits(payload.keys()):
+            if self._conversions is None:
+                return  # the common case without annotations to check: no copy, no call
+        else:
             self._check_keys(payload)
+        self._check_values(payload, None)
+
+    def check_received(self, payload: Payload, received: str) -> None:
+        """:meth:`check_payload` for a workflow's job whose ``received`` key its parents' results
+        fill in when they have run: the keys with it in place, the values but its."""
+        self._check_keys(payload)
+        self._check_values(payload, received)
+
+    def _check_values(self, payload: Payload, skip: str | None) -> None:
         conversions = self._conversions
         if conversions is None:
             return
         if conversions is _UNRESOLVED:
             conversions = self._resolve()
-        check_arguments(self.name, conversions, payload, received)
+        check_arguments(self.name, conversions, payload, skip)
 
     def _check_keys(self, payload: Payload) -> None:
         if not isinstance(payload, dict):

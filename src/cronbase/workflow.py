@@ -70,10 +70,12 @@ class Signature:
                     f"task {self.task.name!r}: {name!r} is given in the payload and would be "
                     "replaced by the previous result; leave it out, or receive(None)"
                 )
-        payload = self.payload if name is None else {**self.payload, name: None}
-        # The keys with the received value in place; its value is the parent's result, known
-        # only when the parent ran (the worker checks it then).
-        self.task.check_payload(payload, received=name)
+        if name is None:
+            self.task.check_payload(self.payload)
+        else:
+            # The keys with the received value in place; its value is the parents' result,
+            # known only when they ran (the worker checks it then).
+            self.task.check_received({**self.payload, name: None}, name)
         return replace(self, receives=name)
 
     def set(
