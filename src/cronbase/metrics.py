@@ -14,15 +14,18 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from . import stats
+from .errors import ConfigurationError
 from .job import JobStatus
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from .db.database import Database
     from .worker.claim import ClaimedJob
     from .worker.outcomes import Outcome
@@ -206,3 +209,27 @@ def database_registry(db: Database) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(DatabaseCollector(db))
     return registry
+
+
+def serve(port: int | None, host: str, registry: CollectorRegistry) -> WSGIServer | None:
+    """Serve ``registry`` on http://host:port/metrics (None: no port, nothing served).
+    A port that is taken, or an address this host does not have, is a ConfigurationError
+    naming it: a worker starts this first, so it fails before it connects or registers."""
+    if port is None:
+        return None
+    try:
+        server = start_http_server(port, host, registry=registry)[0]
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; pick another "
+            "metrics port (--metrics-port / metrics_port), or stop what listens there"
+        ) from None
+    logger.info("metrics on http://%s:%d/metrics", host, port)
+    return server
+
+
+def stop(server: WSGIServer | None) -> None:
+    """Stop what :func:`serve` started (nothing for None)."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()

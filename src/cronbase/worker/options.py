@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ..durations import DurationLike, duration
 from ..errors import ConfigurationError
-from ..limits import check_name
+from ..limits import INT4_MAX, check_name
 from ..maintenance import Retention
 
 DEFAULT_RETENTION = Retention()
@@ -42,15 +43,15 @@ class WorkerOptions:
         queues: Sequence[str] | Mapping[str, int] | None = None,
         concurrency: int = 10,
         burst: bool = False,
-        poll_interval: timedelta = timedelta(seconds=1),
-        reap_interval: timedelta = timedelta(seconds=5),
-        shutdown_grace: timedelta = timedelta(seconds=25),
+        poll_interval: DurationLike = timedelta(seconds=1),
+        reap_interval: DurationLike = timedelta(seconds=5),
+        shutdown_grace: DurationLike = timedelta(seconds=25),
         install_signal_handlers: bool = True,
         schedule: bool = True,
         retention: Retention | None = DEFAULT_RETENTION,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
-        fatal_after: timedelta = timedelta(seconds=30),
+        fatal_after: DurationLike = timedelta(seconds=30),
     ) -> WorkerOptions:
         if queues is not None and not queues:
             raise ConfigurationError("queues must name at least one queue (or be None for all)")
@@ -61,24 +62,35 @@ class WorkerOptions:
         caps: dict[str, int] | None = None
         if isinstance(queues, Mapping):
             for queue, cap in queues.items():
-                if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+                if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= INT4_MAX:
                     raise ConfigurationError(
-                        f"queue {queue!r}: concurrency must be a whole number of at least 1, "
-                        f"got {cap!r}"
+                        f"queue {queue!r}: concurrency must be a whole number from 1 to "
+                        f"{INT4_MAX:,}, got {cap!r}"
                     )
             caps = dict(sorted(queues.items()))
             concurrency = sum(caps.values())
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        if not 1 <= concurrency <= INT4_MAX:  # the workers table's integer column
+            raise ConfigurationError(
+                f"concurrency must be from 1 to {INT4_MAX:,}, got {concurrency}"
+            )
+        if metrics_port is not None and (
+            not isinstance(metrics_port, int)
+            or isinstance(metrics_port, bool)
+            or not 1 <= metrics_port <= 65535
+        ):
+            raise ConfigurationError(
+                f"metrics_port must be a port from 1 to 65535 (or None), got {metrics_port!r}"
+            )
         return cls(
             queues=sorted(set(queues)) if queues else None,
             queue_caps=caps,
             concurrency=concurrency,
             burst=burst,
-            poll_interval=poll_interval.total_seconds(),
-            reap_interval=reap_interval.total_seconds(),
-            shutdown_grace=shutdown_grace.total_seconds(),
-            fatal_after=fatal_after.total_seconds(),
+            # Durations: timedeltas or seconds (durations.py), kept as seconds for asyncio.
+            poll_interval=duration("poll_interval", poll_interval, positive=True).total_seconds(),
+            reap_interval=duration("reap_interval", reap_interval, positive=True).total_seconds(),
+            shutdown_grace=duration("shutdown_grace", shutdown_grace).total_seconds(),
+            fatal_after=duration("fatal_after", fatal_after).total_seconds(),
             schedule=schedule and not burst,
             retention=None if burst else retention,
             metrics_port=metrics_port,

@@ -15,10 +15,11 @@ import socket
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import start_http_server
-
 from ..db.notifier import Notifier
+from ..db.pool import describe as describe_url
 from ..maintenance import run_retention
+from ..metrics import serve as serve_metrics
+from ..metrics import stop as stop_metrics
 from ..schedule.scheduler import Scheduler
 from .claimer import Claimer
 from .completer import Completer
@@ -48,6 +49,11 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
     """Open, register, start the helpers; every step is undone by ``stack``, in reverse."""
     o = self.options
     stack.callback(self._threads.shutdown, wait=False, cancel_futures=True)
+    # First, so a busy port fails the worker before it connects, registers or says it started
+    # (ConfigurationError, one line).
+    stack.callback(
+        stop_metrics, serve_metrics(o.metrics_port, o.metrics_host, self.metrics.registry)
+    )
     # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
     # database (a deploy racing a database restart), saying so.
     pool = await connect_when_ready(self.db, self.id, wait=not o.burst)
@@ -57,11 +63,6 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         stack.callback(self._children.close)
     await _register(self, pool)
     stack.push_async_callback(_unregister, self, pool)
-    if o.metrics_port is not None:
-        server = start_http_server(o.metrics_port, o.metrics_host, self.metrics.registry)[0]
-        stack.callback(server.server_close)
-        stack.callback(server.shutdown)
-        logger.info("metrics on http://%s:%d/metrics", o.metrics_host, o.metrics_port)
     if o.install_signal_handlers:
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, self._on_signal, sig)
@@ -126,8 +127,9 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
     tasks = [asyncio.create_task(h, name=f"cronbase-{n}") for n, h in helpers.items()]
     stack.push_async_callback(_cancel, tasks)
     logger.info(
-        "worker %s started: queues=%s concurrency=%d%s%s",
+        "worker %s started on %s: queues=%s concurrency=%d%s%s",
         self.id,
+        describe_url(self.db.url),
         o.describe(),
         o.concurrency,
         " burst" if o.burst else "",

@@ -87,7 +87,8 @@ class Worker:
     do), ``retention`` (prune old finished jobs; None: never), ``metrics_port`` /
     ``metrics_host`` (serve Prometheus metrics), ``fatal_after`` (how long a fatal database
     error, such as a dropped schema or a revoked grant, may last before the worker hands back
-    its jobs and raises :class:`~cronbase.WorkerFatalError`).
+    its jobs and raises :class:`~cronbase.WorkerFatalError`). Durations are timedeltas or
+    seconds.
 
     It claims only jobs of the tasks in ``tasks``; others wait for a worker that knows them.
     """
