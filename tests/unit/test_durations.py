@@ -46,22 +46,22 @@ PARAMETERS: list[tuple[str, Callable[[Any], Any], Callable[[Any], timedelta]]] =
     (
         "poll_interval",
         lambda v: _app().worker(poll_interval=v),
-        lambda w: timedelta(seconds=w.poll_interval),
+        lambda w: timedelta(seconds=w.options.poll_interval),
     ),
     (
         "reap_interval",
         lambda v: _app().worker(reap_interval=v),
-        lambda w: timedelta(seconds=w.reap_interval),
+        lambda w: timedelta(seconds=w.options.reap_interval),
     ),
     (
         "shutdown_grace",
         lambda v: _app().worker(shutdown_grace=v),
-        lambda w: timedelta(seconds=w.shutdown_grace),
+        lambda w: timedelta(seconds=w.options.shutdown_grace),
     ),
     (
         "fatal_after",
         lambda v: _app().worker(fatal_after=v),
-        lambda w: timedelta(seconds=w.fatal_after),
+        lambda w: timedelta(seconds=w.options.fatal_after),
     ),
     ("Retention succeeded", lambda v: Retention(succeeded=v), lambda r: r.succeeded),
     ("Retention cancelled", lambda v: Retention(cancelled=v), lambda r: r.cancelled),
@@ -146,7 +146,7 @@ def test_a_duration_below_its_least_is_refused_naming_it(
 
 
 def test_the_issues_worker_poll_interval_in_seconds() -> None:
-    assert _app().worker(poll_interval=0.1).poll_interval == 0.1
+    assert _app().worker(poll_interval=0.1).options.poll_interval == 0.1
 
 
 def test_waits_and_stats_take_seconds_and_refuse_other_types() -> None:
