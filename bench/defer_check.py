@@ -25,7 +25,7 @@ import psycopg
 
 import cronbase
 from cronbase.db import embedded, migrate
-from cronbase.payload import encode_payload
+from cronbase.payload.encode import encode_payload
 
 SCHEMA = "cronbase_bench"
 DAY = date(2026, 3, 1)

@@ -1,9 +1,9 @@
 """cronbase: scheduled and background jobs for Python on the PostgreSQL you already have."""
 
 from .app import App
-from .client import JobOptions
 from .context import JobContext, current_job
 from .effects import Effect, EffectRecord
+from .enqueue.insert import JobOptions
 from .errors import (
     AttemptCancelledError,
     AttemptTimeoutError,
@@ -31,14 +31,14 @@ from .errors import (
     WorkerFatalError,
     WorkflowError,
 )
-from .events import EventError
 from .flow import Rate
 from .job import Job, JobAttempt, JobStatus
 from .retry import Backoff
 from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
 from .worker import Worker
-from .workflow import Chain, Group, Signature, chain, group
+from .workflow.events import EventError
+from .workflow.signatures import Chain, Group, Signature, chain, group
 
 __all__ = [
     "App",

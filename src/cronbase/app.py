@@ -11,25 +11,23 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .audit import Audit
-from .client import JobOptions, Jobs
+from .checks import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_name
 from .db.database import DEFAULT_POOL_SIZE, Database
 from .db.queries import Queries
 from .durations import DurationLike, duration, optional_duration
 from .effects import Effects
+from .enqueue.insert import JobOptions
 from .errors import ConfigurationError, PayloadError
-from .events import Events
-from .fleet import WorkerInfo, workers, workers_async
 from .flow import Rate, TaskFlow
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
-from .limits import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_name
-from .payload import JSONDumps, JSONLoads
-from .queues import Queues
-from .retry import Backoff
-from .schedule.admin import Schedules
-from .schedule.scheduler import ScheduleSpec
-from .stats import (
+from .operations.audit import Audit
+from .operations.fleet import WorkerInfo, workers, workers_async
+from .operations.grants import Grants
+from .operations.jobs import Jobs
+from .operations.queues import Queues
+from .operations.schedules import Schedules
+from .operations.stats import (
     Overview,
     TaskStats,
     UnservedJobs,
@@ -39,6 +37,9 @@ from .stats import (
     task_stats_async,
     unserved_jobs,
 )
+from .payload.encode import JSONDumps, JSONLoads
+from .retry import Backoff
+from .schedule.scheduler import ScheduleSpec
 from .task import (
     Isolation,
     Task,
@@ -48,6 +49,7 @@ from .task import (
     check_unique,
     find_task,
 )
+from .workflow.events import Events
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -107,6 +109,7 @@ class App:
         self.events = Events(self.db, self.hooks)
         self.queues = Queues(self.db)
         self.audit = Audit(self.db)
+        self.grants = Grants(self.db)
 
     def _swap_database(self, db: Database) -> Database:
         """Point the App, its tasks and services at ``db``; returns the Database it had.

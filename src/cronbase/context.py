@@ -24,7 +24,7 @@ from .job import Payload
 
 if TYPE_CHECKING:
     from .db.database import Database
-    from .durable import Durable
+    from .workflow.durable import Durable
 
 T = TypeVar("T")
 
@@ -198,7 +198,7 @@ class JobContext:
 
     def _steps(self) -> Durable:
         if self._durable is None:
-            from .durable import Durable  # effects.py imports this module
+            from .workflow.durable import Durable  # effects.py imports this module
 
             if self._db is None:
                 raise CronbaseError("step(), sleep() and wait_for() need the job's database")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
+from .checks import check_key
 from .context import running_job
 from .db.pool import is_connection_loss
 from .errors import (
@@ -46,7 +47,6 @@ from .errors import (
     EffectNotFoundError,
     LeaseLostError,
 )
-from .limits import check_key
 
 if TYPE_CHECKING:
     from .db.database import Database

@@ -33,7 +33,7 @@ class UnknownTaskError(CronbaseError):
 
 
 class InvalidNameError(CronbaseError, ValueError):
-    """A queue or task name, or a key, that cronbase does not accept (see cronbase.limits)."""
+    """A queue or task name, or a key, that cronbase does not accept (see cronbase.checks)."""
 
 
 class PayloadError(CronbaseError, ValueError):

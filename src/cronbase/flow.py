@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .checks import check_key
 from .durations import DurationLike, duration
 from .errors import ConfigurationError, PayloadError
-from .limits import check_key
 
 _INT4_MAX = 2**31 - 1
 # Each rate-limited claim rewrites its scope's start log (8 bytes a start): cheap up to a few

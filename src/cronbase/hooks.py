@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .client import (
+from .db.connections import async_connection, sync_connection
+from .enqueue.insert import (
     defer_graph_async,
     defer_graph_sync,
     defer_many_async,
@@ -25,16 +26,15 @@ from .client import (
     defer_one_sync,
     encode_metadata,
 )
-from .connections import async_connection, sync_connection
 from .errors import CronbaseError
 
 if TYPE_CHECKING:
     import psycopg
 
-    from .client import JobOptions
     from .context import JobContext
     from .db.database import Database
-    from .graph import Graph
+    from .enqueue.graph import Graph
+    from .enqueue.insert import JobOptions
     from .job import JSONValue, Payload
     from .task import Task
 

@@ -8,27 +8,33 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
-from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
-from .convert import (
+from .durations import DurationLike, optional_duration
+from .enqueue.graph import check_after
+from .enqueue.insert import (
+    JobOptions,
+    defer_many_async,
+    defer_many_sync,
+    defer_one_async,
+    defer_one_sync,
+)
+from .errors import ConfigurationError, PayloadError, UnknownTaskError
+from .flow import TaskFlow, check_template
+from .hooks import Hooks
+from .job import Payload
+from .payload.arguments import (
     Conversions,
     Unresolved,
     argument_converters,
     check_arguments,
     convert_arguments,
 )
-from .converters import SCALARS
-from .durations import DurationLike, optional_duration
-from .errors import ConfigurationError, PayloadError, UnknownTaskError
-from .flow import TaskFlow, check_template
-from .graph import check_after
-from .hooks import Hooks
-from .job import Payload
-from .payload import _BadValue, stored_form
+from .payload.converters import SCALARS
+from .payload.encode import _BadValue, stored_form
 from .retry import Backoff
-from .workflow import Signature
+from .workflow.signatures import Signature
 
 if TYPE_CHECKING:
-    from .connections import CallerConnection
+    from .db.connections import CallerConnection
     from .db.database import Database
 
 P = ParamSpec("P")

@@ -605,3 +605,41 @@ def test_the_tasks_page_shows_rates_failures_and_durations_per_window(
     assert 'aria-current="true">7d</a>' in week
     assert week.split('data-task="record"')[1].split("</tr>")[0].count(">5</td>") == 1
     assert client.get("/tasks?window=3h").status_code == 400
+
+
+# -- one operator surface --------------------------------------------------------------------------
+
+
+def test_a_retry_from_the_command_and_from_the_dashboard_leave_the_same_audit_row(
+    client: httpx.Client,
+    test_app: cronbase.App,
+    db: psycopg.Connection[Any],
+    database_url: str,
+) -> None:
+    """Both front ends call the library's action, which writes the row: one vocabulary, and
+    only the actor tells them apart."""
+    from_cli, from_dashboard = dead_job(test_app), dead_job(test_app)
+    done = subprocess.run(
+        [str(CRONBASE), "jobs", "retry", str(from_cli)],
+        env=cli_env(database_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    page = client.get(f"/jobs/{from_dashboard}")
+    retried = client.post(
+        f"/jobs/{from_dashboard}/retry", data={"csrf_token": csrf_token(page.text)}
+    )
+    assert retried.status_code == 303
+    rows = db.execute(
+        "SELECT actor, action, target, detail FROM cronbase.audit_log ORDER BY id"
+    ).fetchall()
+    assert [(action, target) for _, action, target, _ in rows] == [
+        ("job.retry", f"job:{from_cli}"),
+        ("job.retry", f"job:{from_dashboard}"),
+    ]
+    (cli_actor, *_, cli_detail), (web_actor, *_, web_detail) = rows
+    assert cli_detail == web_detail == {"task": "flaky", "queue": "default", "attempts": 1}
+    assert cli_actor.startswith("cli:")
+    assert web_actor == "dashboard@127.0.0.1"

@@ -24,7 +24,7 @@ import pytest
 
 import cronbase
 from cronbase.db.queries import Queries
-from cronbase.maintenance import Retention, prune_once
+from cronbase.operations.retention import Retention, prune_once
 from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

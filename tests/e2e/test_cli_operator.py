@@ -208,13 +208,13 @@ def test_audit_lists_operator_actions_newest_first(database_url: str) -> None:
     ok(cronbase(database_url, "queues", "resume", "default"))
     entries = json.loads(ok(cronbase(database_url, "audit", "--json")))
     assert [(e["action"], e["target"]) for e in entries] == [
-        ("resume_queue", "default"),
-        ("pause_queue", "default"),
+        ("queue.resume", "queue:default"),
+        ("queue.pause", "queue:default"),
     ]
     assert entries[0]["at"].endswith("+00:00")
     assert len(json.loads(ok(cronbase(database_url, "audit", "--json", "--limit", "1")))) == 1
     table = ok(cronbase(database_url, "audit", COLUMNS="", TZ="UTC"))
-    assert "pause_queue" in table
+    assert "queue.pause" in table
     assert " UTC" in table
 
 

@@ -81,7 +81,7 @@ def test_queue_pause_resume_and_the_audit_log(
     ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=str(record)))
     assert record.read_text().split() == ["1"]
     actions = audit(db)
-    assert actions == [("pause_queue", "reports"), ("resume_queue", "reports")]
+    assert actions == [("queue.pause", "queue:reports"), ("queue.resume", "queue:reports")]
     actor = db.execute("SELECT actor FROM cronbase.audit_log LIMIT 1").fetchone()
     assert actor is not None
     assert actor[0].startswith("cli:")
@@ -102,7 +102,7 @@ def test_retry_dead_of_a_task_then_prune(database_url: str, db: psycopg.Connecti
     out = ok(cronbase(database_url, "prune", "--older-than", "30d", "--status", "dead"))
     assert out.startswith("pruned 2 jobs (dead)")
     assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
-    assert [a for a, _ in audit(db)] == ["requeue_dead", "prune"]
+    assert [a for a, _ in audit(db)] == ["dead.requeue", "jobs.prune"]
 
 
 def test_json_logs_carry_the_job_events(database_url: str, tmp_path: Path) -> None:
@@ -180,10 +180,10 @@ def test_queue_limit_and_rate_from_the_command_line(
         "SELECT max_running, rate_n, holds_claims FROM cronbase.queues WHERE name = 'emails'"
     ).fetchone() == (None, None, False)
     assert [a for a, _ in audit(db)][-4:] == [
-        "limit_queue",
-        "rate_queue",
-        "limit_queue",
-        "rate_queue",
+        "queue.limit",
+        "queue.rate",
+        "queue.limit",
+        "queue.rate",
     ]
 
 

@@ -107,8 +107,8 @@ def test_add_list_pause_resume_remove(database_url: str, db: psycopg.Connection[
     assert row == ("record", 12345, True)
     assert db.execute("SELECT next_fire_at FROM cronbase.schedules").fetchone() == before
     assert db.execute(
-        "SELECT action, target FROM cronbase.audit_log WHERE action = 'run_schedule'"
-    ).fetchall() == [("run_schedule", "weekly:12345")]
+        "SELECT action, target FROM cronbase.audit_log WHERE action = 'schedule.run_now'"
+    ).fetchall() == [("schedule.run_now", "schedule:weekly:12345")]
     unknown = cronbase(database_url, "schedules", "run-now", "weekly:nope")
     assert (unknown.returncode, unknown.stderr.strip()) == (
         2,

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 import cronbase
-from cronbase import demo
+from cronbase.cli import demo
 
 CRONBASE = Path(sys.executable).with_name("cronbase")
 

@@ -36,7 +36,7 @@ from cronbase.db.grants import (
     render_grants,
 )
 from cronbase.db.queries import Queries
-from cronbase.maintenance import Retention
+from cronbase.operations.retention import Retention
 from tests.conftest import wait_for
 from tests.e2e.harness import (
     WorkerProcesses,
@@ -384,9 +384,9 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
         assert ok(cronbase(app_url, "check", "--max-dead", "0")).strip() == "ok"
         ok(cronbase(app_url, "jobs", "show", str(explode_id)))
         audit = owner.execute("SELECT action FROM cronbase.audit_log ORDER BY id").fetchall()
-        assert ("grant",) in audit  # the owner's `grants --apply`, twice
-        assert ("pause_queue",) in audit
-        assert ("resume_queue",) in audit
+        assert ("role.grant",) in audit  # the owner's `grants --apply`, twice
+        assert ("queue.pause",) in audit
+        assert ("queue.resume",) in audit
 
         # -- as app: effects --------------------------------------------------------------------
         app = make_app(app_url)

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.maintenance import Retention
+from cronbase.operations.retention import Retention
 from tests.conftest import wait_for
 from tests.e2e.harness import (
     WorkerProcesses,

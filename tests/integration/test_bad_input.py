@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.client import encode_payload
+from cronbase.enqueue.insert import encode_payload
 
 
 def job_count(db: psycopg.Connection[Any]) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 import cronbase
-from cronbase.worker.flow import (
+from cronbase.worker.flow_claim import (
     FlowClaim,
     candidate_params,
     claim_flow_jobs_sync,

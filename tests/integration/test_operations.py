@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase import admin
 from cronbase.job import JobStatus
-from cronbase.maintenance import Retention, lock_key, prune, prune_once
+from cronbase.operations import search as admin
+from cronbase.operations.retention import Retention, lock_key, prune, prune_once
 
 NEVER_SOON = cronbase.Backoff(base=timedelta(hours=1), jitter=0)
 
@@ -101,12 +101,12 @@ def test_requeue_dead_of_one_task(app: cronbase.App) -> None:
     run_burst(app)
     assert {status_of(app, i) for i in [*ids, other_id]} == {JobStatus.DEAD}
 
-    assert sorted(admin.requeue_dead(app.db, task="flaky")) == sorted(ids)
+    assert sorted(app.jobs.requeue_dead(task="flaky")) == sorted(ids)
     assert {status_of(app, i) for i in ids} == {JobStatus.QUEUED}
     assert status_of(app, other_id) == JobStatus.DEAD
     job = app.jobs.get(ids[0])
     assert job.max_attempts == 2  # room for one more attempt
-    assert admin.requeue_dead(app.db, task="flaky") == []
+    assert app.jobs.requeue_dead(task="flaky") == []
 
 
 def test_requeue_dead_leaves_a_job_whose_dedupe_key_is_taken(app: cronbase.App) -> None:
@@ -120,7 +120,7 @@ def test_requeue_dead_leaves_a_job_whose_dedupe_key_is_taken(app: cronbase.App) 
         account=1
     )
     assert waiting != dead
-    assert admin.requeue_dead(app.db) == []
+    assert app.jobs.requeue_dead() == []
     assert status_of(app, dead) == JobStatus.DEAD
 
 

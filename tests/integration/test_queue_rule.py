@@ -1,5 +1,5 @@
 """The rule the CLI and the dashboard share: no operator action on a queue nothing uses, unless
-forced (cronbase.queues.Queues.check_used), on real PostgreSQL."""
+forced (cronbase.operations.queues.Queues.check_used), on real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.queues import KNOWN_SHOWN, check_queue_used
+from cronbase.operations.queues import KNOWN_SHOWN, check_queue_used
 
 
 def test_a_queue_nothing_uses_is_refused_unless_forced(

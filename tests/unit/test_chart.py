@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from cronbase.dashboard.charts import throughput_svg
-from cronbase.stats import Minute
+from cronbase.operations.stats import Minute
 
 
 def hour(start: datetime) -> list[Minute]:

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from cronbase.metrics import DURATION_BUCKETS, DurationHistogram
+from cronbase.operations.metrics import DURATION_BUCKETS, DurationHistogram
 
 # Bucket bounds themselves (a value equal to a bound is in that bucket), and values around them.
 seconds = st.one_of(

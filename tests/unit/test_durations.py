@@ -13,7 +13,7 @@ import pytest
 
 import cronbase
 from cronbase.durations import duration
-from cronbase.maintenance import Retention
+from cronbase.operations.retention import Retention
 
 NOWHERE = "postgresql://nobody@127.0.0.1:1/never"
 

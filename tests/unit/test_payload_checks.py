@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import cronbase
 from cronbase.errors import PayloadError
-from cronbase.payload import encode_payload
+from cronbase.payload.encode import encode_payload
 
 if TYPE_CHECKING:
     from decimal import Context  # only for the type checker: never resolvable at run time

@@ -20,9 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cronbase
-from cronbase.converters import parse_duration
 from cronbase.errors import PayloadError
-from cronbase.payload import encode_payload, format_duration
+from cronbase.payload.converters import parse_duration
+from cronbase.payload.encode import encode_payload, format_duration
 from cronbase.worker.claim import CLAIMED_COLUMNS, read_rows
 
 if TYPE_CHECKING:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import json
 import logging
 import math
 import os
 import re
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +22,11 @@ from rich.text import Text
 
 from .. import logs
 from ..app import App
+from ..checks import INT4_MAX as INT4_MAX
 from ..db import pool
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
-from ..limits import INT4_MAX as INT4_MAX
-from ..payload import short
+from ..payload.encode import short
 
 logger = logging.getLogger("cronbase")
 
@@ -343,3 +345,12 @@ def parse_duration(
         raise click.BadParameter(
             f"{value!r} is longer than a duration can be (999,999,999 days)"
         ) from None
+
+
+def cli_actor() -> str:
+    """Who runs a command: ``cli:user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (containers)
+        user = "unknown"
+    return f"cli:{user}@{socket.gethostname()}"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..audit import cli_actor
 from ..db import pool
-from ..db.grants import apply_grants, render_grants, require_role
-from .common import Settings
+from .common import Settings, cli_actor
 from .main import cli
 
 
@@ -28,16 +26,13 @@ def grants(settings: Settings, role: str, is_applied: bool) -> None:
     this as the owner with --apply; again after each upgrade's migrations (it is idempotent).
     """
     app = settings.app()
-    with app.db.connect(application_name="cronbase-grants") as conn:
-        if not is_applied:
-            require_role(conn, role)
-            for line in render_grants(app.schema, role):
-                click.echo(line)
-            return
-        applied = apply_grants(conn, app.schema, role)
+    if not is_applied:
+        for line in app.grants.statements(role):
+            click.echo(line)
+        return
+    applied = app.grants.apply(role, actor=cli_actor())
     for line in applied:
         click.echo(f"granted: {line}")
-    app.audit.record(cli_actor(), "grant", role, {"statements": applied})
     click.echo(
         f"role {role!r} may now run workers, enqueue and serve the dashboard on schema "
         f"{app.schema!r} of {pool.masked(app.database_url)}, and cannot migrate"

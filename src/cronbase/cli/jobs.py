@@ -11,10 +11,17 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..admin import requeue_dead
-from ..audit import cli_actor
 from ..job import GRAPH_LIMIT, Job, JobAttempt, JobGraph, JobStatus
-from .common import INT8_MAX, STATUS_STYLES, Settings, console, relative, status_text, when
+from .common import (
+    INT8_MAX,
+    STATUS_STYLES,
+    Settings,
+    cli_actor,
+    console,
+    relative,
+    status_text,
+    when,
+)
 from .main import cli
 
 
@@ -224,16 +231,14 @@ def retry_job(
     if job_id is not None:
         if task or queue:
             raise click.UsageError("--task and --queue go with --dead")
-        job = app.jobs.retry(job_id)
-        app.audit.record(cli_actor(), "retry", f"job {job.id}")
+        job = app.jobs.retry(job_id, actor=cli_actor())
         if as_json:
             click.echo(json.dumps(job.to_json(), indent=2))
             return
         click.echo(f"job {job.id} is {job.status.value} again (attempts so far: {job.attempts})")
         return
-    ids = requeue_dead(app.db, task=task, queue=queue)
+    ids = app.jobs.requeue_dead(task=task, queue=queue, actor=cli_actor())
     scope = " ".join(f"{k}={v}" for k, v in (("task", task), ("queue", queue)) if v) or "all"
-    app.audit.record(cli_actor(), "requeue_dead", scope, {"jobs": ids})
     if as_json:
         click.echo(json.dumps({"requeued": ids}, indent=2))
         return
@@ -247,8 +252,7 @@ def retry_job(
 def cancel_job(settings: Settings, job_id: int, as_json: bool) -> None:
     """Cancel a waiting or running job."""
     app = settings.app()
-    job = app.jobs.cancel(job_id)
-    app.audit.record(cli_actor(), "cancel", f"job {job.id}")
+    job = app.jobs.cancel(job_id, actor=cli_actor())
     if as_json:
         click.echo(json.dumps(job.to_json(), indent=2))
         return

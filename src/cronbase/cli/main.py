@@ -371,7 +371,7 @@ def enqueue(
         raise click.UsageError("give --run-at or --delay, not both")
     app = settings.app(needs_tasks=True)
     keyed = idempotency_key is not None or dedupe_key is not None
-    before = app.db.fetch_all(app.queries.database_now)[0]["now"] if keyed else None
+    before = app.db.now() if keyed else None
     options = {
         "run_at": run_at,
         "delay": delay,
@@ -400,7 +400,7 @@ def demo() -> None:
     Uses the schema cronbase_demo (emptied first) on the configured database, else on the
     embedded one.
     """
-    from ..demo import run_demo
+    from .demo import run_demo
 
     run_demo()
 
@@ -451,11 +451,9 @@ def main(argv: Sequence[str] | None = None, *, prog_name: str = "cronbase") -> i
 def _cronbase_schemas(app: App) -> list[str] | None:
     """The schemas of this database that hold cronbase's tables (None: could not look)."""
     try:
-        with app.db.connect(application_name="cronbase-cli") as conn:
-            rows = conn.execute(app.queries.list_cronbase_schemas).fetchall()
+        return app.db.cronbase_schemas()
     except (psycopg.Error, CronbaseError):
         return None
-    return [name for (name,) in rows]
 
 
 def _missing_schema(settings: Settings, prog_name: str) -> str | None:
@@ -465,11 +463,9 @@ def _missing_schema(settings: Settings, prog_name: str) -> str | None:
     if app is None:
         return None
     try:
-        with app.db.connect(application_name="cronbase-cli") as conn:
-            row = conn.execute(app.queries.schema_exists, {"schema": app.schema}).fetchone()
+        if app.db.schema_exists():
+            return None
     except (psycopg.Error, CronbaseError):
-        return None
-    if row is None or row[0]:
         return None
     names = ", ".join(repr(name) for name in _cronbase_schemas(app) or []) or "none"
     return (

@@ -11,17 +11,18 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import App
-from ..audit import cli_actor
+from ..checks import check_name
+from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
-from ..limits import check_name
-from ..maintenance import PRUNABLE, count_prunable, prune
-from ..queues import QueueState, limit_params, rate_params
-from ..stats import WINDOWS, Overview
+from ..operations.queues import QueueState, limit_params, rate_params
+from ..operations.retention import PRUNABLE
+from ..operations.stats import WINDOWS, Overview
 from .common import (
     EXIT_FAILED,
     STATUS_STYLES,
     Settings,
+    cli_actor,
     console,
     duration_text,
     parse_duration,
@@ -160,14 +161,14 @@ def list_queues(settings: Settings, as_json: bool) -> None:
     if as_json:
         limits = [
             {k: str(v) if isinstance(v, timedelta) else v for k, v in row.items()}
-            for row in app.db.fetch_all(app.queries.list_task_limits)
+            for row in app.queues.task_limits()
         ]
         shown = {"queues": [q.to_json() for q in app.queues.list()], "task_limits": limits}
         click.echo(json.dumps(shown, indent=2, default=str))
         return
     for q in app.queues.list():
         click.echo(describe_queue(q))
-    for row in app.db.fetch_all(app.queries.list_task_limits):
+    for row in app.queues.task_limits():
         click.echo(describe_task_limits(row))
 
 
@@ -187,20 +188,14 @@ def describe_task_limits(row: dict[str, Any]) -> str:
 
 def known_queue(app: App, name: str, force: bool) -> None:
     """Refuse (exit 2) a queue no job, task (of --app), worker or earlier command uses: a typo
-    would otherwise pause or limit nothing, silently. ``--force`` to set it up ahead."""
+    would otherwise pause or limit nothing, silently. ``--force`` to set it up ahead. The rule
+    is the library's (app.queues.check_used), as the dashboard's."""
     check_name("queue", name)  # a bad name is refused as such first
-    if force:
-        return
-    known = {q.name for q in app.queues.list()}
-    known |= {task.defaults.queue for task in app.tasks.values()}
-    for worker in app.workers():
-        known |= set(worker.queues or ())
-    if name not in known:
-        names = ", ".join(sorted(known)) or "none yet"
-        raise click.UsageError(
-            f"no task, job or worker uses queue {name!r} (known queues: {names}); "
-            "--force to set it up anyway"
-        )
+    task_queues = {task.defaults.queue for task in app.tasks.values()}
+    try:
+        app.queues.check_used(name, task_queues=task_queues, force=force)
+    except InvalidNameError as exc:
+        raise click.UsageError(f"{exc}; --force to set it up anyway") from None
 
 
 def _limit_value(value: str) -> int | None:
@@ -225,8 +220,7 @@ def limit_queue(settings: Settings, name: str, n: str, force: bool) -> None:
     limit = _limit_value(n)
     limit_params(name, limit)  # a bad name or number is refused as such first
     known_queue(app, name, force)
-    state = app.queues.set_limit(name, limit)
-    app.audit.record(cli_actor(), "limit_queue", name, {"max_running": state.max_running})
+    state = app.queues.set_limit(name, limit, actor=cli_actor())
     click.echo(describe_queue(state))
 
 
@@ -240,10 +234,7 @@ def rate_queue(settings: Settings, name: str, rate: str, force: bool) -> None:
     app = settings.app()
     rate_params(name, None if rate.lower() == "none" else rate)
     known_queue(app, name, force)
-    state = app.queues.set_rate(name, None if rate.lower() == "none" else rate)
-    app.audit.record(
-        cli_actor(), "rate_queue", name, {"rate": str(state.rate) if state.rate else None}
-    )
+    state = app.queues.set_rate(name, None if rate.lower() == "none" else rate, actor=cli_actor())
     click.echo(describe_queue(state))
 
 
@@ -255,9 +246,7 @@ def pause_queue(settings: Settings, name: str, force: bool) -> None:
     """Stop workers claiming from queue NAME (running jobs finish)."""
     app = settings.app()
     known_queue(app, name, force)
-    actor = cli_actor()
-    app.queues.pause(name, actor=actor)
-    app.audit.record(actor, "pause_queue", name)
+    app.queues.pause(name, actor=cli_actor())
     click.echo(f"queue {name!r} paused")
 
 
@@ -269,8 +258,7 @@ def resume_queue(settings: Settings, name: str, force: bool) -> None:
     """Let workers claim from queue NAME again."""
     app = settings.app()
     known_queue(app, name, force)
-    app.queues.resume(name)
-    app.audit.record(cli_actor(), "resume_queue", name)
+    app.queues.resume(name, actor=cli_actor())
     click.echo(f"queue {name!r} resumed")
 
 
@@ -299,17 +287,14 @@ def prune_command(
     chosen = list(statuses) or [JobStatus.SUCCEEDED.value, JobStatus.CANCELLED.value]
     age = duration_text(older_than)
     if dry_run:
-        found = count_prunable(app.db, older_than, chosen)
+        found = app.jobs.count_prunable(older_than, chosen)
         each = ", ".join(f"{found.get(s, 0)} {s}" for s in chosen)
         click.echo(
             f"would prune {sum(found.values())} jobs ({each}) finished more than {age} ago; "
             "nothing was deleted"
         )
         return
-    removed = prune(app.db, older_than, chosen)
-    app.audit.record(
-        cli_actor(), "prune", ",".join(chosen), {"older_than": age, "removed": removed}
-    )
+    removed = app.jobs.prune(older_than, chosen, actor=cli_actor())
     click.echo(f"pruned {removed} jobs ({', '.join(chosen)}) finished more than {age} ago")
 
 

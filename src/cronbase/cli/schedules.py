@@ -9,10 +9,18 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..audit import cli_actor
 from ..job import Payload
 from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
-from .common import INT4_MAX, Settings, app_option, console, parse_payload, payload_text, relative
+from .common import (
+    INT4_MAX,
+    Settings,
+    app_option,
+    cli_actor,
+    console,
+    parse_payload,
+    payload_text,
+    relative,
+)
 from .main import cli
 
 
@@ -169,8 +177,7 @@ def shown(schedule: Schedule, as_json: bool) -> None:
 def run_now(settings: Settings, key: str) -> None:
     """Enqueue schedule KEY's job now, once (its slots stay as they were); print its id."""
     app = settings.app()
-    job_id = app.schedules.run_now(key)
-    app.audit.record(cli_actor(), "run_schedule", key, {"job_id": job_id})
+    job_id = app.schedules.run_now(key, actor=cli_actor())
     click.echo(job_id)
 
 

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..fleet import WorkerInfo
+from ..operations.fleet import WorkerInfo
 from .common import Settings, console
 from .main import cli
 

@@ -1,9 +1,10 @@
 """What an operator can do from the dashboard (POST only, CSRF-checked, each one audited).
 
 Every action runs the same steps (:meth:`Actions._run`): check the CSRF token, check the form's
-values (a bad one is a 400 naming it), do the change through the library, write who did what to
-the audit log, then send the browser to the page that shows the result (or, when the library
-refuses, say why: 404 for a job or schedule that is not there, 409 for one whose state forbids it).
+values (a bad one is a 400 naming it), do the change through the library as the signed-in actor
+(the library writes the audit row, in the change's own transaction, as for the CLI), then send
+the browser to the page that shows the result (or, when the library refuses, say why: 404 for a
+job or schedule that is not there, 409 for one whose state forbids it).
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import admin
 from ..app import App
+from ..checks import MAX_KEY_LENGTH, check_key, check_name
 from ..errors import CronbaseError, JobNotFoundError, ScheduleError
-from ..limits import MAX_KEY_LENGTH, check_key, check_name
-from ..queues import limit_params, rate_params
+from ..operations.queues import limit_params, rate_params
 from .auth import actor
 from .csrf import CsrfTokens
 from .inputs import BIGINT_MAX, field, form, shown, whole_number
@@ -30,10 +30,8 @@ from .render import Renderer, is_htmx, query, route_path
 
 @dataclass(frozen=True)
 class Done:
-    """What an action did: for the audit log, and where the browser goes next."""
+    """What an action did: where the browser goes next, and what it is told there."""
 
-    target: str
-    detail: dict[str, Any]
     route: str
     params: dict[str, Any]
     notice: str
@@ -70,9 +68,7 @@ class Actions:
         self.renderer = renderer
         self.tokens = tokens
 
-    async def _run(
-        self, request: Request, action: str, change: Callable[[str], Awaitable[Done]]
-    ) -> Response:
+    async def _run(self, request: Request, change: Callable[[str], Awaitable[Done]]) -> Response:
         await self.tokens.check(request)
         who = actor(request)
         try:
@@ -81,7 +77,6 @@ class Actions:
             return self.renderer.error(request, 404, str(exc))
         except CronbaseError as exc:  # refused: a job's state, ...
             return self.renderer.error(request, 409, str(exc))
-        await self.app.audit.record_async(who, action, done.target, done.detail)
         shown = {"done": done.notice, "count": done.count, "refused": done.refused}
         url = route_path(request, done.route, **done.params) + query(**shown)
         if is_htmx(request):
@@ -118,21 +113,19 @@ class Actions:
         job_id = job_id_of(request)
 
         async def change(who: str) -> Done:
-            job = await self.app.jobs.retry_async(job_id)
-            detail = {"task": job.task, "queue": job.queue, "attempts": job.attempts}
-            return Done(f"job:{job_id}", detail, "job", {"job_id": job_id}, "retried")
+            await self.app.jobs.retry_async(job_id, actor=who)
+            return Done("job", {"job_id": job_id}, "retried")
 
-        return await self._run(request, "job.retry", change)
+        return await self._run(request, change)
 
     async def cancel_job(self, request: Request) -> Response:
         job_id = job_id_of(request)
 
         async def change(who: str) -> Done:
-            job = await self.app.jobs.cancel_async(job_id)
-            detail = {"task": job.task, "queue": job.queue, "attempts": job.attempts}
-            return Done(f"job:{job_id}", detail, "job", {"job_id": job_id}, "cancelled")
+            await self.app.jobs.cancel_async(job_id, actor=who)
+            return Done("job", {"job_id": job_id}, "cancelled")
 
-        return await self._run(request, "job.cancel", change)
+        return await self._run(request, change)
 
     async def bulk_jobs(self, request: Request) -> Response:
         found = await form(request)
@@ -149,63 +142,44 @@ class Actions:
             raise HTTPException(400, f"at most {BULK_MAX} jobs at once, got {len(raw)}")
         ids = sorted({whole_number("a job id", str(value), 1, BIGINT_MAX) for value in raw})
 
+        many = {
+            "retry": self.app.jobs.retry_many_async,
+            "cancel": self.app.jobs.cancel_many_async,
+            "delete": self.app.jobs.delete_many_async,
+        }[str(action)]
+
         async def change(who: str) -> Done:
-            done, refused = await self._bulk(str(action), ids)
-            detail = {"job_ids": done, "refused": refused}
+            bulk = await many(ids, actor=who)
             notice = f"bulk-{action}"
-            target = f"jobs:{len(ids)}"
-            return Done(target, detail, "jobs", {}, notice, len(done), len(refused))
+            return Done("jobs", {}, notice, len(bulk.done), len(bulk.refused))
 
-        return await self._run(request, f"jobs.bulk_{action}", change)
-
-    async def _bulk(self, action: str, ids: list[int]) -> tuple[list[int], dict[str, str]]:
-        """Apply ``action`` to each job: the ids done, and why each other one was refused."""
-        if action == "delete":
-            rows = await self.app.db.fetch_all_async(
-                self.app.queries.delete_finished_jobs, {"ids": ids}
-            )
-            gone = sorted(r["id"] for r in rows)
-            why = "not found, or not finished (succeeded, dead or cancelled): cancel it first"
-            return gone, {str(i): why for i in ids if i not in set(gone)}
-        done, refused = [], {}
-        for job_id in ids:
-            try:
-                if action == "retry":
-                    await self.app.jobs.retry_async(job_id)
-                else:
-                    await self.app.jobs.cancel_async(job_id)
-            except CronbaseError as exc:  # its state, or gone
-                refused[str(job_id)] = str(exc)
-            else:
-                done.append(job_id)
-        return done, refused
+        return await self._run(request, change)
 
     async def requeue_dead(self, request: Request) -> Response:
         # Any text a dead job's task holds (rows written by other code may break today's rules).
         task = await field(request, "task", max_length=MAX_KEY_LENGTH)
 
         async def change(who: str) -> Done:
-            ids = await admin.requeue_dead_async(self.app.db, task=task)
-            detail = {"count": len(ids), "job_ids": ids[:100]}
-            return Done(f"task:{task}", detail, "dead", {}, "requeued", len(ids))
+            ids = await self.app.jobs.requeue_dead_async(task=task, actor=who)
+            return Done("dead", {}, "requeued", len(ids))
 
-        return await self._run(request, "dead.requeue", change)
+        return await self._run(request, change)
 
     async def pause_queue(self, request: Request) -> Response:
         async def change(who: str) -> Done:
             name = await self._queue(request)
             await self.app.queues.pause_async(name, actor=who)
-            return Done(f"queue:{name}", {}, "overview", {}, "queue-paused")
+            return Done("overview", {}, "queue-paused")
 
-        return await self._run(request, "queue.pause", change)
+        return await self._run(request, change)
 
     async def resume_queue(self, request: Request) -> Response:
         async def change(who: str) -> Done:
             name = await self._queue(request)
-            await self.app.queues.resume_async(name)
-            return Done(f"queue:{name}", {}, "overview", {}, "queue-resumed")
+            await self.app.queues.resume_async(name, actor=who)
+            return Done("overview", {}, "queue-resumed")
 
-        return await self._run(request, "queue.resume", change)
+        return await self._run(request, change)
 
     async def limit_queue(self, request: Request) -> Response:
         async def change(who: str) -> Done:
@@ -213,10 +187,10 @@ class Actions:
             value = str((await form(request)).get("max_running") or "").strip()
             limit = _optional_number("limit", value)
             _valid(lambda: limit_params(name, limit))
-            await self.app.queues.set_limit_async(name, limit)
-            return Done(f"queue:{name}", {"max_running": limit}, "overview", {}, "queue-limited")
+            await self.app.queues.set_limit_async(name, limit, actor=who)
+            return Done("overview", {}, "queue-limited")
 
-        return await self._run(request, "queue.limit", change)
+        return await self._run(request, change)
 
     async def rate_queue(self, request: Request) -> Response:
         async def change(who: str) -> Done:
@@ -229,35 +203,31 @@ class Actions:
                 _valid(lambda: rate_params(name, rate))
             except (ValueError, OverflowError):  # a period beyond what a timedelta holds
                 raise HTTPException(400, f"rate {shown(value)} is out of range") from None
-            state = await self.app.queues.set_rate_async(name, rate)
-            detail = {"rate": None if state.rate is None else str(state.rate)}
-            return Done(f"queue:{name}", detail, "overview", {}, "queue-rated")
+            await self.app.queues.set_rate_async(name, rate, actor=who)
+            return Done("overview", {}, "queue-rated")
 
-        return await self._run(request, "queue.rate", change)
+        return await self._run(request, change)
 
     async def pause_schedule(self, request: Request) -> Response:
         async def change(who: str) -> Done:
             key = await self._schedule_key(request)
-            schedule = await self.app.schedules.pause_async(key)
-            detail = {"task": schedule.task, "cron": schedule.cron, "tz": schedule.tz}
-            return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-paused")
+            await self.app.schedules.pause_async(key, actor=who)
+            return Done("schedules", {}, "schedule-paused")
 
-        return await self._run(request, "schedule.pause", change)
+        return await self._run(request, change)
 
     async def run_schedule(self, request: Request) -> Response:
         async def change(who: str) -> Done:
             key = await self._schedule_key(request)
-            job_id = await self.app.schedules.run_now_async(key)
-            detail = {"job_id": job_id}
-            return Done(f"schedule:{key}", detail, "job", {"job_id": job_id}, "schedule-run")
+            job_id = await self.app.schedules.run_now_async(key, actor=who)
+            return Done("job", {"job_id": job_id}, "schedule-run")
 
-        return await self._run(request, "schedule.run_now", change)
+        return await self._run(request, change)
 
     async def resume_schedule(self, request: Request) -> Response:
         async def change(who: str) -> Done:
             key = await self._schedule_key(request)
-            schedule = await self.app.schedules.resume_async(key)
-            detail = {"next_fire_at": schedule.next_fire_at.isoformat()}
-            return Done(f"schedule:{key}", detail, "schedules", {}, "schedule-resumed")
+            await self.app.schedules.resume_async(key, actor=who)
+            return Done("schedules", {}, "schedule-resumed")
 
-        return await self._run(request, "schedule.resume", change)
+        return await self._run(request, change)

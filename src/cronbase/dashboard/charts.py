@@ -1,6 +1,6 @@
 """The overview's throughput chart: attempts per minute over the last hour, as inline SVG.
 
-Drawn on the server from :attr:`cronbase.stats.Overview.minutes` (no JavaScript, no chart
+Drawn on the server from :attr:`cronbase.operations.stats.Overview.minutes` (no JavaScript, no chart
 library): one stacked bar per minute, succeeded below, failed (retrying, dead or lost) above.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-from ..stats import Minute
+from ..operations.stats import Minute
 
 WIDTH = 720
 HEIGHT = 140

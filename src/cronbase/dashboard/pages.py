@@ -3,23 +3,21 @@ schedules, effects, the audit log, and the Prometheus metrics."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import admin
 from ..app import App
 from ..effects import STATUSES as EFFECT_STATUSES
 from ..errors import JobNotFoundError
 from ..job import GRAPH_LIMIT, JobStatus
-from ..metrics import database_registry
-from ..stats import WINDOWS
+from ..operations.metrics import database_metrics_async
+from ..operations.stats import WINDOWS
 from . import filters
 from .charts import throughput_svg
 from .inputs import BIGINT_MAX, whole_number
@@ -61,7 +59,6 @@ class Pages:
         self.renderer = renderer
         self.long_running_after = long_running_after
         self.page_size = page_size
-        self.registry = database_registry(app.db)
 
     async def overview(self, request: Request) -> Response:
         stats = await self.app.stats_async()
@@ -90,8 +87,7 @@ class Pages:
         task = params.get("task") or None
         search = (params.get("q") or "").strip() or None
         page = _page(request)
-        found = await admin.search_jobs_async(
-            self.app.db,
+        found = await self.app.jobs.search_async(
             status=status,
             queue=queue,
             task=task,
@@ -124,9 +120,7 @@ class Pages:
 
     async def dead(self, request: Request) -> Response:
         context = await self._job_list(request, section="dead", status=JobStatus.DEAD)
-        newest = await admin.search_jobs_async(
-            self.app.db, status=JobStatus.DEAD, limit=DEAD_TASKS_SCAN
-        )
+        newest = await self.app.jobs.search_async(status=JobStatus.DEAD, limit=DEAD_TASKS_SCAN)
         per_task = Counter(job.task for job in newest)
         context.update(
             list_route="dead",
@@ -197,8 +191,7 @@ class Pages:
         queue = params.get("queue") or None
         task = params.get("task") or None
         page = _page(request)
-        found = await admin.scheduled_jobs_async(
-            self.app.db,
+        found = await self.app.jobs.scheduled_async(
             queue=queue,
             task=task,
             limit=self.page_size + 1,
@@ -237,7 +230,7 @@ class Pages:
             threshold = timedelta(minutes=minutes)
         else:
             threshold = self.long_running_after
-        found = await admin.long_running_async(self.app.db, older_than=threshold)
+        found = await self.app.jobs.long_running_async(older_than=threshold)
         context = {
             "section": "long_running",
             "jobs": found,
@@ -248,7 +241,7 @@ class Pages:
         return self.renderer.page(request, "long_running.html", context)
 
     async def schedules(self, request: Request) -> Response:
-        found = await asyncio.to_thread(self.app.schedules.list)
+        found = await self.app.schedules.list_async()
         now = datetime.now(UTC)
         rows = [
             {
@@ -283,6 +276,5 @@ class Pages:
         return self.renderer.page(request, "audit.html", context)
 
     async def metrics(self, request: Request) -> Response:
-        # The collector queries the database with the sync pool: keep it off the event loop.
-        body = await asyncio.to_thread(generate_latest, self.registry)
+        body = await database_metrics_async(self.app.db)
         return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -16,15 +16,16 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import TupleRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from ..errors import ConfigurationError
-from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
-from ..payload import JSONDumps, JSONLoads
+from ..payload.encode import JSONDumps, JSONLoads
 from . import embedded, migrate, pool
 from .queries import Queries
 
@@ -130,6 +131,22 @@ class Database:
         self._async_pool_guard: asyncio.Task[None] | None = None
 
     # -- where ------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The database's clock (what decides due-ness and leases)."""
+        row = self.fetch_one(self.queries.database_now)
+        assert row is not None
+        return row["now"]  # type: ignore[no-any-return]
+
+    def cronbase_schemas(self) -> list[str]:
+        """The schemas of this database that hold cronbase's tables."""
+        with self.connect(application_name="cronbase-cli") as conn:
+            return [name for (name,) in conn.execute(self.queries.list_cronbase_schemas)]
+
+    def schema_exists(self) -> bool:
+        with self.connect(application_name="cronbase-cli") as conn:
+            row = conn.execute(self.queries.schema_exists, {"schema": self.schema}).fetchone()
+        return bool(row and row[0])
 
     @property
     def is_embedded(self) -> bool:

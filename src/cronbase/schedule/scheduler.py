@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg.rows import dict_row
 
-from ..client import JobOptions, build_insert, encode_payload
+from ..checks import INT4_MAX, check_key, check_name
 from ..durations import DurationLike, duration
+from ..enqueue.insert import JobOptions, build_insert, encode_payload
 from ..errors import ScheduleError
 from ..job import Payload
-from ..limits import INT4_MAX, check_key, check_name
 from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, describe
 
@@ -323,7 +323,7 @@ class Scheduler:
         A failed tick (database gone, a bad row) is logged and retried on a fresh connection;
         the loop itself only ends when cancelled.
         """
-        from ..worker.health import FailureLog
+        from ..db.health import FailureLog
 
         failures = FailureLog("scheduler tick")
         conn: psycopg.AsyncConnection[Any] | None = None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CronbaseError, PayloadError
 from ..job import Job, JobStatus, JSONValue, Payload
-from ..payload import encode_payload
+from ..payload.encode import encode_payload
 
 if TYPE_CHECKING:
     from ..app import App

@@ -22,20 +22,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..client import encode_metadata
 from ..context import JobContext, set_current
-from ..durable import Durable, Suspend, check_seconds, check_wait, step_value
+from ..enqueue.insert import encode_metadata
 from ..errors import Cancel, CronbaseError, Snooze, WorkflowError
 from ..hooks import DeferCall
 from ..job import JobStatus, JSONValue, Payload, next_state
 from ..logs import install_job_context
 from ..worker import outcomes
+from ..workflow.durable import Durable, Suspend, check_seconds, check_wait, step_value
 from .roundtrip import through_json
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..client import JobOptions
-    from ..graph import Graph, Node
+    from ..enqueue.graph import Graph, Node
+    from ..enqueue.insert import JobOptions
     from ..task import Task
 
 

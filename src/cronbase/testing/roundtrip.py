@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..payload import encode_payload
+from ..payload.encode import encode_payload
 
 if TYPE_CHECKING:
     from ..job import Payload

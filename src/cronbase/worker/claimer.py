@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .claim import ClaimedJob, claim_jobs, claim_params
-from .flow import FlowClaim, candidate_params, claim_flow_jobs, task_flows
+from .flow_claim import FlowClaim, candidate_params, claim_flow_jobs, task_flows
 from .outcomes import undecodable
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
     from ..db.queries import Queries
-    from ..metrics import WorkerMetrics
+    from ..operations.metrics import WorkerMetrics
 
 logger = logging.getLogger("cronbase")
 

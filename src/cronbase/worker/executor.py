@@ -21,10 +21,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, set_current
-from ..durable import Suspend
 from ..errors import Cancel, PayloadError, ProcessDiedError, Snooze, UnknownTaskError
 from ..job import outcome_status
 from ..task import find_task
+from ..workflow.durable import Suspend
 from . import outcomes
 from .claim import ClaimedJob
 from .isolation import Children, Killed, Remote, RemoteError

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..db.health import FailureLog
 from .claim import ClaimedJob
-from .health import FailureLog
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool

@@ -260,9 +260,9 @@ def _serve(request: dict[str, Any], conn: Connection) -> dict[str, Any]:
     from datetime import timedelta
 
     from ..context import JobContext, set_current
-    from ..durable import Suspend
     from ..errors import Cancel, PayloadError, Snooze
-    from ..payload import encode_result
+    from ..payload.encode import encode_result
+    from ..workflow.durable import Suspend
 
     job = request["job"]
     try:

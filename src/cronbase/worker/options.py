@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ..checks import INT4_MAX, check_name
 from ..durations import DurationLike, duration
 from ..errors import ConfigurationError
-from ..limits import INT4_MAX, check_name
-from ..maintenance import Retention
+from ..operations.retention import Retention
 
 DEFAULT_RETENTION = Retention()
 

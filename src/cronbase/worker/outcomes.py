@@ -10,7 +10,6 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..durable import Suspend
 from ..errors import (
     Cancel,
     DatabaseUnavailableError,
@@ -20,7 +19,8 @@ from ..errors import (
     ResultError,
     Snooze,
 )
-from ..payload import encode_result
+from ..payload.encode import encode_result
+from ..workflow.durable import Suspend
 
 if TYPE_CHECKING:
     from ..task import Task

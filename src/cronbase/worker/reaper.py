@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from .health import FailureLog
+from ..db.health import FailureLog
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool

@@ -15,17 +15,17 @@ import socket
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from ..db.health import connect_when_ready
 from ..db.notifier import Notifier
 from ..db.pool import describe as describe_url
-from ..maintenance import run_retention
-from ..metrics import serve as serve_metrics
-from ..metrics import stop as stop_metrics
+from ..operations.metrics import serve as serve_metrics
+from ..operations.metrics import stop as stop_metrics
+from ..operations.retention import run_retention
 from ..schedule.scheduler import Scheduler
 from .claimer import Claimer
 from .completer import Completer
 from .executor import Runtime
-from .flow import register_params
-from .health import connect_when_ready
+from .flow_claim import register_params
 from .heartbeat import Heartbeater
 from .isolation import Children
 from .overruns import Overruns

@@ -40,16 +40,16 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..db.health import FailureLog, is_fatal
 from ..db.notifier import Notifier
 from ..db.pool import is_connection_loss
 from ..errors import WorkerFatalError
 from ..logs import install_job_context
-from ..metrics import WorkerMetrics
+from ..operations.metrics import WorkerMetrics
 from .claim import ClaimedJob
 from .claimer import Claimer
 from .completer import Completer
 from .executor import Runtime, execute
-from .health import FailureLog, is_fatal
 from .heartbeat import Heartbeater
 from .isolation import Children
 from .options import WorkerOptions

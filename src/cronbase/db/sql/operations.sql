@@ -126,14 +126,17 @@ SELECT r.id FROM requeued r, (SELECT count(*) FROM notified) n ORDER BY r.id;
 -- name: prune_jobs
 -- Delete up to %(limit)s finished jobs of the given statuses that ended before the cutoff
 -- (their attempts go with them: ON DELETE CASCADE). Small batches keep locks and WAL short.
+-- One row: how many were deleted.
 WITH doomed AS (
     SELECT id FROM {schema}.jobs
     WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
 )
-DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id;
+SELECT count(*)::integer AS deleted FROM deleted;
 
 -- name: prune_jobs_exclusive
 -- One retention batch, run only by the caller that gets the advisory lock: one pruner at a time

@@ -14,7 +14,8 @@ DELETE FROM {schema}.workers WHERE id = %(id)s;
 -- name: list_workers
 -- Live (or lately live) workers, with the age of their last heartbeat by the database's clock.
 SELECT id, hostname, pid, queues, concurrency, tasks, started_at, last_seen_at,
-       extract(epoch FROM now() - last_seen_at)::float8 AS heartbeat_age
+       extract(epoch FROM now() - last_seen_at)::float8 AS heartbeat_age,
+       COALESCE(jsonb_array_length(overruns), 0) AS overrunning
 FROM {schema}.workers
 ORDER BY started_at;
 

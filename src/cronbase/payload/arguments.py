@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import date
 from typing import Any
 
+from ..errors import PayloadError
 from .converters import (
     CHECKS,
     KEPT,
@@ -39,8 +40,7 @@ from .converters import (
     sequence,
     tuple_of,
 )
-from .errors import PayloadError
-from .payload import _BadValue, short, stored_form
+from .encode import _BadValue, short, stored_form
 
 logger = logging.getLogger("cronbase")
 

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import WorkflowError
-from .limits import DEFAULT_MAX_PAYLOAD_BYTES
-from .payload import JSONDumps, encode_payload
+from ..checks import DEFAULT_MAX_PAYLOAD_BYTES
+from ..errors import WorkflowError
+from ..payload.encode import JSONDumps, encode_payload
 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
 
-    from .client import JobOptions
-    from .db.queries import Queries
-    from .job import Payload
+    from ..db.queries import Queries
+    from ..job import Payload
+    from .insert import JobOptions
 
 ON_PARENT_FAILURE = ("cancel", "run")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .stats import LIVE_WITHIN
 
 if TYPE_CHECKING:
-    from .db.database import Database, Row
+    from ..db.database import Database, Row
 
 # Jobs in a worker's hands listed per worker (busy counts all of them).
 JOBS_SHOWN = 20

@@ -16,7 +16,7 @@ from ..errors import DatabaseURLError, MigrationError
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
-    from ..db.database import Database
+    from .database import Database
 
 logger = logging.getLogger("cronbase")
 

@@ -12,23 +12,24 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ..errors import ConfigurationError
+from ..job import JobStatus
 from . import stats
-from .errors import ConfigurationError
-from .job import JobStatus
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from .db.database import Database
-    from .worker.claim import ClaimedJob
-    from .worker.outcomes import Outcome
+    from ..db.database import Database, Row
+    from ..worker.claim import ClaimedJob
+    from ..worker.outcomes import Outcome
 
 logger = logging.getLogger("cronbase")
 
@@ -36,55 +37,104 @@ logger = logging.getLogger("cronbase")
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 
 
+@dataclass(frozen=True)
+class DatabaseState:
+    """What the database-side metrics show, read in one scrape; ``overview`` None when the
+    database did not answer."""
+
+    overview: stats.Overview | None
+    workers: list[Row]
+
+
+def database_state(db: Database) -> DatabaseState:
+    try:
+        return DatabaseState(stats.overview(db), db.fetch_all(db.queries.list_workers))
+    except Exception as exc:  # a scrape must answer even when the database does not
+        logger.warning("metrics: database unavailable: %s", exc)
+        return DatabaseState(None, [])
+
+
+async def database_state_async(db: Database) -> DatabaseState:
+    try:
+        overview = await stats.overview_async(db)
+        return DatabaseState(overview, await db.fetch_all_async(db.queries.list_workers))
+    except Exception as exc:
+        logger.warning("metrics: database unavailable: %s", exc)
+        return DatabaseState(None, [])
+
+
+def database_families(state: DatabaseState) -> Iterator[Metric]:
+    """Queue depth by queue and status, oldest waiting age, pauses, heartbeat ages, handlers
+    past their timeout."""
+    up = GaugeMetricFamily("cronbase_database_up", "1 when the database answered this scrape")
+    if state.overview is None:
+        up.add_metric([], 0)
+        yield up
+        return
+    depth = GaugeMetricFamily(
+        "cronbase_queue_jobs", "Jobs in the table by queue and status", labels=["queue", "status"]
+    )
+    oldest = GaugeMetricFamily(
+        "cronbase_queue_oldest_waiting_seconds",
+        "How long the oldest due job of the queue has waited (0 when none waits)",
+        labels=["queue"],
+    )
+    paused = GaugeMetricFamily(
+        "cronbase_queue_paused", "1 when the queue is paused", labels=["queue"]
+    )
+    scheduled = GaugeMetricFamily(
+        "cronbase_queue_scheduled_jobs",
+        "Queued jobs whose run_at is still ahead (counted in cronbase_queue_jobs queued too)",
+        labels=["queue"],
+    )
+    heartbeat = GaugeMetricFamily(
+        "cronbase_worker_heartbeat_age_seconds",
+        "Seconds since each registered worker last renewed its leases",
+        labels=["worker"],
+    )
+    overrunning = GaugeMetricFamily(
+        "cronbase_worker_overrunning_jobs",
+        "Handlers each worker runs past their timeout (cancelled, not returned), as of its last "
+        "heartbeat",
+        labels=["worker"],
+    )
+    for q in state.overview.queues:
+        for status in JobStatus:
+            depth.add_metric([q.queue, status.value], q.counts[status])
+        oldest.add_metric([q.queue], q.oldest_wait or 0.0)
+        paused.add_metric([q.queue], 1 if q.is_paused else 0)
+        scheduled.add_metric([q.queue], q.scheduled)
+    for w in state.workers:
+        heartbeat.add_metric([w["id"]], w["heartbeat_age"])
+        overrunning.add_metric([w["id"]], w["overrunning"])
+    up.add_metric([], 1)
+    yield from (depth, oldest, paused, scheduled, heartbeat, overrunning, up)
+
+
 class DatabaseCollector(Collector):
-    """Queue depth by queue and status, oldest waiting age, pauses, heartbeat ages."""
+    """The database side, read at each scrape (a worker's metrics endpoint, in its thread)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
     def collect(self) -> Iterator[Metric]:
-        depth = GaugeMetricFamily(
-            "cronbase_queue_jobs",
-            "Jobs in the table by queue and status",
-            labels=["queue", "status"],
-        )
-        oldest = GaugeMetricFamily(
-            "cronbase_queue_oldest_waiting_seconds",
-            "How long the oldest due job of the queue has waited (0 when none waits)",
-            labels=["queue"],
-        )
-        paused = GaugeMetricFamily(
-            "cronbase_queue_paused", "1 when the queue is paused", labels=["queue"]
-        )
-        scheduled = GaugeMetricFamily(
-            "cronbase_queue_scheduled_jobs",
-            "Queued jobs whose run_at is still ahead (counted in cronbase_queue_jobs queued too)",
-            labels=["queue"],
-        )
-        heartbeat = GaugeMetricFamily(
-            "cronbase_worker_heartbeat_age_seconds",
-            "Seconds since each registered worker last renewed its leases",
-            labels=["worker"],
-        )
-        up = GaugeMetricFamily("cronbase_database_up", "1 when the database answered this scrape")
-        try:
-            overview = stats.overview(self.db)
-            workers = self.db.fetch_all(self.db.queries.list_workers)
-        except Exception as exc:  # a scrape must answer even when the database does not
-            logger.warning("metrics: database unavailable: %s", exc)
-            up.add_metric([], 0)
-            yield up
-            return
-        for q in overview.queues:
-            for status in JobStatus:
-                depth.add_metric([q.queue, status.value], q.counts[status])
-            oldest.add_metric([q.queue], q.oldest_wait or 0.0)
-            paused.add_metric([q.queue], 1 if q.is_paused else 0)
-            scheduled.add_metric([q.queue], q.scheduled)
-        for w in workers:
-            heartbeat.add_metric([w["id"]], w["heartbeat_age"])
-        up.add_metric([], 1)
-        yield from (depth, oldest, paused, scheduled, heartbeat, up)
+        return database_families(database_state(self.db))
+
+
+class _Families(Collector):
+    def __init__(self, state: DatabaseState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        return database_families(self.state)
+
+
+async def database_metrics_async(db: Database) -> bytes:
+    """The database-side metrics as Prometheus text (the dashboard's /metrics), read with the
+    async pool: no thread, no sync pool in the dashboard's process."""
+    registry = CollectorRegistry()
+    registry.register(_Families(await database_state_async(db)))
+    return generate_latest(registry)
 
 
 class _DurationSeries:
@@ -202,13 +252,6 @@ class WorkerMetrics:
             if counter is None:
                 counter = self._finished[key] = self.finished.labels(*key)
             counter.inc(n)
-
-
-def database_registry(db: Database) -> CollectorRegistry:
-    """A registry with the database-side metrics only (for the dashboard's /metrics)."""
-    registry = CollectorRegistry()
-    registry.register(DatabaseCollector(db))
-    return registry
 
 
 def serve(port: int | None, host: str, registry: CollectorRegistry) -> WSGIServer | None:

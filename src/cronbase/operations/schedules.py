@@ -12,12 +12,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..client import JobOptions, defer_one_async, defer_one_sync
+from ..enqueue.insert import JobOptions, build_insert
 from ..errors import ScheduleError
 from ..job import Payload
+from ..schedule.cron import Cron
+from ..schedule.scheduler import Schedule, ScheduleSpec, scheduled_payload, upsert_params
 from ..task import find_task
-from .cron import Cron
-from .scheduler import Schedule, ScheduleSpec, scheduled_payload, upsert_params
+from .audited import Action, perform, perform_async
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -109,45 +110,67 @@ class Schedules:
         row = await self.db.fetch_one_async(self.db.queries.get_schedule, {"key": key})
         return _found(row, key)
 
-    def pause(self, key: str) -> Schedule:
-        return _found(self.db.fetch_one(self.db.queries.pause_schedule, {"key": key}), key)
+    def pause(self, key: str, *, actor: str | None = None) -> Schedule:
+        """Stop firing until resumed; audited as ``schedule.pause`` by ``actor`` (default
+        ``api``), as resume and run_now are."""
+        return perform(self.db, actor, "schedule.pause", f"schedule:{key}", self._pause(key))
 
-    async def pause_async(self, key: str) -> Schedule:
-        row = await self.db.fetch_one_async(self.db.queries.pause_schedule, {"key": key})
-        return _found(row, key)
+    async def pause_async(self, key: str, *, actor: str | None = None) -> Schedule:
+        action = self._pause(key)
+        return await perform_async(self.db, actor, "schedule.pause", f"schedule:{key}", action)
 
-    def resume(self, key: str) -> Schedule:
+    def resume(self, key: str, *, actor: str | None = None) -> Schedule:
         """Fire again from the next slot after now; slots missed while paused are skipped."""
-        current = self.get(key)
-        following = Cron.parse(current.cron, current.tz).next_after(self._now())
-        params = {"key": key, "next_fire_at": following}
-        return _found(self.db.fetch_one(self.db.queries.resume_schedule, params), key)
+        return perform(self.db, actor, "schedule.resume", f"schedule:{key}", self._resume(key))
 
-    async def resume_async(self, key: str) -> Schedule:
-        current = await self.get_async(key)
-        following = Cron.parse(current.cron, current.tz).next_after(await self._now_async())
-        params = {"key": key, "next_fire_at": following}
-        return _found(await self.db.fetch_one_async(self.db.queries.resume_schedule, params), key)
+    async def resume_async(self, key: str, *, actor: str | None = None) -> Schedule:
+        action = self._resume(key)
+        return await perform_async(self.db, actor, "schedule.resume", f"schedule:{key}", action)
 
-    def _run_now_insert(self, schedule: Schedule, now: datetime) -> tuple[str, JobOptions, Payload]:
+    def run_now(self, key: str, *, actor: str | None = None) -> int:
+        """Enqueue the schedule's job now, once, beside its slots (which stay as they were);
+        returns the job's id."""
+        return perform(self.db, actor, "schedule.run_now", f"schedule:{key}", self._run_now(key))
+
+    async def run_now_async(self, key: str, *, actor: str | None = None) -> int:
+        action = self._run_now(key)
+        return await perform_async(self.db, actor, "schedule.run_now", f"schedule:{key}", action)
+
+    # -- the actions (audited.py runs them) ----------------------------------------------------
+
+    def _pause(self, key: str) -> Action[Schedule]:
+        rows = yield self.db.queries.pause_schedule, {"key": key}
+        schedule = _found(rows[0] if rows else None, key)
+        return schedule, {"task": schedule.task, "cron": schedule.cron, "tz": schedule.tz}
+
+    def _resume(self, key: str) -> Action[Schedule]:
+        q = self.db.queries
+        rows = yield q.get_schedule, {"key": key}
+        current = _found(rows[0] if rows else None, key)
+        (clock,) = yield q.database_now, {}
+        following = Cron.parse(current.cron, current.tz).next_after(clock["now"])
+        rows = yield q.resume_schedule, {"key": key, "next_fire_at": following}
+        schedule = _found(rows[0] if rows else None, key)
+        return schedule, {"next_fire_at": schedule.next_fire_at.isoformat()}
+
+    def _run_now(self, key: str) -> Action[int]:
         """The job a *run now* enqueues: the schedule's task and payload, its slot time now, the
         task's options when this process registers the task (the schedule's queue wins)."""
+        q = self.db.queries
+        rows = yield q.get_schedule, {"key": key}
+        schedule = _found(rows[0] if rows else None, key)
+        (clock,) = yield q.database_now, {}
         task = self.tasks.get(schedule.task)
         base = task.options() if task is not None else JobOptions()
         options = replace(base, queue=schedule.queue or base.queue)
-        return schedule.task, options, scheduled_payload(schedule.payload, now)
-
-    def run_now(self, key: str) -> int:
-        """Enqueue the schedule's job now, once, beside its slots (which stay as they were);
-        returns the job's id."""
-        schedule = self.get(key)
-        task, options, payload = self._run_now_insert(schedule, self._now())
-        return defer_one_sync(self.db, task, options, payload, None)
-
-    async def run_now_async(self, key: str) -> int:
-        schedule = await self.get_async(key)
-        task, options, payload = self._run_now_insert(schedule, await self._now_async())
-        return await defer_one_async(self.db, task, options, payload, None)
+        payload = scheduled_payload(schedule.payload, clock["now"])
+        db = self.db
+        insert = build_insert(
+            q, schedule.task, options, payload, db.max_payload_bytes, None, db.json_dumps
+        )
+        (row,) = yield insert
+        job_id = int(row["id"])
+        return job_id, {"job_id": job_id}
 
     def remove(self, key: str) -> None:
         if self.db.fetch_one(self.db.queries.remove_schedule, {"key": key}) is None:

@@ -28,10 +28,10 @@ from rich.table import Table
 from rich.text import Text
 
 import cronbase
-from cronbase import Backoff, Job, JobStatus
 
-from .cli.common import STATUS_STYLES, payload_text, status_text
-from .db import pool
+from .. import Backoff, Job, JobStatus
+from ..db import pool
+from .common import STATUS_STYLES, payload_text, status_text
 
 SCHEMA = "cronbase_demo"
 app = cronbase.App(schema=SCHEMA)

@@ -1,13 +1,12 @@
-"""Enqueue and admin calls: pure builders (arguments -> statement + params) and thin shells.
+"""Enqueue: job options, pure builders (arguments -> statement + params) and thin shells.
 
-Each operation has a sync and an async shell of a few lines over the same builder, as httpx
-splits its clients. The caller's own connection, when given, is used as is: the job is written
-inside the caller's transaction and exists only if that transaction commits.
+Each insert has a sync and an async shell of a few lines over the same builder, as httpx splits
+its clients. The caller's own connection, when given, is used as is: the job is written inside
+the caller's transaction and exists only if that transaction commits.
 """
 
 from __future__ import annotations
 
-import builtins
 import functools
 import json
 from collections.abc import Sequence
@@ -18,19 +17,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from .connections import async_connection, sync_connection
-from .errors import CronbaseError, JobNotFoundError, JobStateError
-from .flow import TaskFlow, render_key
+from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
+from ..db.connections import async_connection, sync_connection
+from ..errors import CronbaseError
+from ..flow import TaskFlow, render_key
+from ..job import Payload
+from ..payload.encode import JSONDumps
+from ..payload.encode import (
+    encode_payload as encode_payload,  # re-exported: callers know it as client's
+)
 from .graph import Graph, Node, graph_params, inserted_ids
-from .job import GraphJob, Job, JobAttempt, JobGraph, JobStatus, Payload
-from .limits import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
-from .payload import JSONDumps
-from .payload import encode_payload as encode_payload  # re-exported: callers know it as client's
-from .waiting import wait_job, wait_job_async
 
 if TYPE_CHECKING:
-    from .db.database import Database
-    from .db.queries import Queries
+    from ..db.database import Database
+    from ..db.queries import Queries
 
 _INT4_MAX = 2**31 - 1  # max_attempts is an integer column
 # The table's jobs_lease_range constraint: a claim adds the lease to now().
@@ -384,187 +384,3 @@ async def defer_graph_async(
     else:
         rows = await db.rows_async(query, params)
     return inserted_ids(rows)
-
-
-def _graph(job_id: int, rows: builtins.list[dict[str, Any]]) -> JobGraph:
-    if not rows:
-        raise JobNotFoundError(job_id)
-    mine = next((r for r in rows if r["id"] == job_id), rows[0])
-    return JobGraph(
-        workflow_id=mine["workflow_id"],
-        jobs=[GraphJob.from_row(r) for r in rows],
-        total=int(rows[0]["total"]),
-    )
-
-
-def _one_job(row: dict[str, Any] | None, job_id: int) -> Job:
-    if row is None:
-        raise JobNotFoundError(job_id)
-    return Job.from_row(row)
-
-
-def _state_error(action: str, job: Job) -> JobStateError:
-    allowed = {
-        "retry": "any state but running or pending",
-        "cancel": "pending, queued, failed or running",
-    }[action]
-    return JobStateError(
-        f"cannot {action} job {job.id}: it is {job.status.value} ({action} needs {allowed})"
-    )
-
-
-def _dedupe_held(job: Job) -> JobStateError:
-    return JobStateError(
-        f"cannot retry job {job.id}: another waiting or running job holds its dedupe_key "
-        f"{job.dedupe_key!r}; cancel that job or wait for it to finish"
-    )
-
-
-JobList = list[Job]
-AttemptList = list[JobAttempt]
-RowList = list[dict[str, Any]]
-
-
-class Jobs:
-    """Admin calls on jobs: ``app.jobs.get(id)``, ``.list()``, ``.retry(id)``, ``.cancel(id)``."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    def _list_params(
-        self, status: JobStatus | str | None, queue: str | None, task: str | None, limit: int
-    ) -> dict[str, Any]:
-        if status is not None:
-            try:
-                status = JobStatus(status)
-            except ValueError:
-                known = ", ".join(s.value for s in JobStatus)
-                raise CronbaseError(f"unknown status {status!r}; one of: {known}") from None
-        if limit < 1:
-            raise CronbaseError(f"limit must be at least 1, got {limit}")
-        return {
-            "status": status.value if status else None,
-            "queue": queue,
-            "task": task,
-            "limit": limit,
-        }
-
-    def get(self, job_id: int) -> Job:
-        rows = self.db.fetch_all(self.db.queries.get_job, {"id": job_id})
-        return _one_job(rows[0] if rows else None, job_id)
-
-    async def get_async(self, job_id: int) -> Job:
-        rows = await self.db.fetch_all_async(self.db.queries.get_job, {"id": job_id})
-        return _one_job(rows[0] if rows else None, job_id)
-
-    def wait(self, job_id: int, timeout: float | timedelta | None = None) -> Job:
-        """Block until the job is final (succeeded, dead or cancelled) and return it, with its
-        ``result``; TimeoutError after ``timeout`` (seconds or a timedelta; None: no limit).
-        Woken by NOTIFY, polling as a fallback (waiting.py)."""
-        return wait_job(self.db, job_id, timeout)
-
-    async def wait_async(
-        self,
-        job_id: int,
-        timeout: float | timedelta | None = None,  # noqa: ASYNC109  # as wait()'s: the contract
-    ) -> Job:
-        """Async twin of :meth:`wait`."""
-        return await wait_job_async(self.db, job_id, timeout)
-
-    def list(
-        self,
-        status: JobStatus | str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 100,
-    ) -> JobList:
-        """Newest first."""
-        params = self._list_params(status, queue, task, limit)
-        return [Job.from_row(r) for r in self.db.fetch_all(self.db.queries.list_jobs, params)]
-
-    async def list_async(
-        self,
-        status: JobStatus | str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 100,
-    ) -> JobList:
-        params = self._list_params(status, queue, task, limit)
-        rows = await self.db.fetch_all_async(self.db.queries.list_jobs, params)
-        return [Job.from_row(r) for r in rows]
-
-    def attempts(self, job_id: int) -> AttemptList:
-        """Every recorded attempt of a job, oldest first; JobNotFoundError, as every look-up by
-        id, when there is no such job (a job not yet run has none: [])."""
-        rows = self.db.fetch_all(self.db.queries.list_job_attempts, {"id": job_id})
-        if not rows:
-            self.get(job_id)  # no attempt, or no job: only the second is an error
-        return [JobAttempt.from_row(r) for r in rows]
-
-    async def attempts_async(self, job_id: int) -> AttemptList:
-        rows = await self.db.fetch_all_async(self.db.queries.list_job_attempts, {"id": job_id})
-        if not rows:
-            await self.get_async(job_id)
-        return [JobAttempt.from_row(r) for r in rows]
-
-    def _admin_params(self, job_id: int) -> dict[str, Any]:
-        return {"id": job_id, "channel": self.db.channel}
-
-    def retry(self, job_id: int) -> Job:
-        """Run the job again now (any state but running or pending); returns it queued. A dead
-        or cancelled job's dependents that its failure cancelled wait for it again."""
-        try:
-            rows = self.db.fetch_all(self.db.queries.retry_job, self._admin_params(job_id))
-        except psycopg.errors.UniqueViolation:
-            # Only the dedupe index can clash: the key was taken while this job was finished.
-            job = self.get(job_id)
-            if job.dedupe_key is None:
-                raise
-            raise _dedupe_held(job) from None
-        if rows:
-            return Job.from_row(rows[0])
-        raise _state_error("retry", self.get(job_id))
-
-    async def retry_async(self, job_id: int) -> Job:
-        try:
-            rows = await self.db.fetch_all_async(
-                self.db.queries.retry_job, self._admin_params(job_id)
-            )
-        except psycopg.errors.UniqueViolation:
-            job = await self.get_async(job_id)
-            if job.dedupe_key is None:
-                raise
-            raise _dedupe_held(job) from None
-        if rows:
-            return Job.from_row(rows[0])
-        raise _state_error("retry", await self.get_async(job_id))
-
-    def cancel(self, job_id: int) -> Job:
-        """Cancel a waiting or running job; a running attempt's result is then ignored."""
-        rows = self.db.fetch_all(self.db.queries.cancel_job, self._admin_params(job_id))
-        if rows:
-            return Job.from_row(rows[0])
-        raise _state_error("cancel", self.get(job_id))
-
-    async def cancel_async(self, job_id: int) -> Job:
-        rows = await self.db.fetch_all_async(self.db.queries.cancel_job, self._admin_params(job_id))
-        if rows:
-            return Job.from_row(rows[0])
-        raise _state_error("cancel", await self.get_async(job_id))
-
-    def graph(self, job_id: int, limit: int = 1000) -> JobGraph:
-        """The workflow ``job_id`` belongs to (a job outside one: it, its parents and children),
-        at most ``limit`` jobs."""
-        rows = self.db.fetch_all(self.db.queries.job_graph, {"id": job_id, "limit": limit})
-        return _graph(job_id, rows)
-
-    async def graph_async(self, job_id: int, limit: int = 1000) -> JobGraph:
-        rows = await self.db.fetch_all_async(
-            self.db.queries.job_graph, {"id": job_id, "limit": limit}
-        )
-        return _graph(job_id, rows)
-
-    def counts(self) -> builtins.list[tuple[str, JobStatus, int]]:
-        """(queue, status, count) for every queue and status present."""
-        rows = self.db.fetch_all(self.db.queries.count_jobs_by_status, {})
-        return [(r["queue"], JobStatus(r["status"]), int(r["count"])) for r in rows]

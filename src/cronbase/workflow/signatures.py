@@ -24,15 +24,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from .durations import DurationLike, optional_duration
-from .errors import WorkflowError
-from .graph import ON_PARENT_FAILURE, Graph, Node
+from ..durations import DurationLike, optional_duration
+from ..enqueue.graph import ON_PARENT_FAILURE, Graph, Node
+from ..errors import WorkflowError
 
 if TYPE_CHECKING:
-    from .client import JobOptions
-    from .connections import CallerConnection
-    from .db.database import Database
-    from .task import Task
+    from ..db.connections import CallerConnection
+    from ..db.database import Database
+    from ..enqueue.insert import JobOptions
+    from ..task import Task
 
 PREVIOUS = "previous"
 # A graph is one INSERT: its arrays travel in one message. Beyond this, defer in parts.

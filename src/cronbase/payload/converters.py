@@ -23,7 +23,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
-from .payload import _BadValue, short, to_plain
+from .encode import _BadValue, short, to_plain
 
 Converter = Callable[[Any], Any]
 NONE = type(None)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 
-from .errors import ConnectionTypeError
+from ..errors import ConnectionTypeError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Dialect

@@ -1,17 +1,16 @@
-"""What operators do to many jobs at once, and the views they search (dashboard, CLI).
-
-Single-job actions (retry, cancel) live on ``app.jobs``; these are the bulk and search ones.
-"""
+"""The views operators search (the dashboard's, the CLI's): jobs by status, queue, task, id or
+key; scheduled jobs; long-running ones. ``app.jobs`` offers them (``search``, ``scheduled``,
+``long_running``)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .job import Job, JobStatus
+from ..job import Job, JobStatus
 
 if TYPE_CHECKING:
-    from .db.database import Database
+    from ..db.database import Database
 
 
 def _search_params(
@@ -113,16 +112,3 @@ async def long_running_async(
     params = {"older_than": older_than, "leases": leases, "limit": limit}
     rows = await db.fetch_all_async(db.queries.list_long_running, params)
     return [Job.from_row(r) for r in rows]
-
-
-def requeue_dead(db: Database, *, task: str | None = None, queue: str | None = None) -> list[int]:
-    """Run dead jobs (of a task, of a queue, or all) again now; returns their ids."""
-    params = {"task": task, "queue": queue, "channel": db.channel}
-    return [r["id"] for r in db.fetch_all(db.queries.requeue_dead_jobs, params)]
-
-
-async def requeue_dead_async(
-    db: Database, *, task: str | None = None, queue: str | None = None
-) -> list[int]:
-    params = {"task": task, "queue": queue, "channel": db.channel}
-    return [r["id"] for r in await db.fetch_all_async(db.queries.requeue_dead_jobs, params)]

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .effects import Effects
-from .errors import EventTimeout, WorkflowError
-from .limits import check_key
+from ..checks import check_key
+from ..effects import Effects
+from ..errors import EventTimeout, WorkflowError
 
 if TYPE_CHECKING:
-    from .context import JobContext
-    from .db.database import Database
+    from ..context import JobContext
+    from ..db.database import Database
 
 # A step left processing by an earlier attempt of the job is taken over at once: that attempt
 # is over (the lease says so), so there is nothing to wait for.

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .durations import DurationLike, duration, optional_duration
-from .errors import CronbaseError
-from .job import JobStatus
+from ..durations import DurationLike, duration, optional_duration
+from ..errors import CronbaseError
+from ..job import JobStatus
+from .audited import Action, perform
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
-    from .db.database import Database
+    from ..db.database import Database
 
 logger = logging.getLogger("cronbase")
 
@@ -88,20 +89,37 @@ def lock_key(schema: str) -> int:
 
 
 def prune(
-    db: Database, older_than: timedelta, statuses: list[str], batch: int = PRUNE_BATCH
+    db: Database,
+    older_than: timedelta,
+    statuses: list[str],
+    batch: int = PRUNE_BATCH,
+    *,
+    actor: str | None = None,
 ) -> int:
-    """Delete finished jobs of ``statuses`` that ended more than ``older_than`` ago."""
+    """Delete finished jobs of ``statuses`` that ended more than ``older_than`` ago, in batches
+    (each its own short transaction, so locks and WAL stay small); the last batch's transaction
+    writes the audit row (``jobs.prune``) with the total."""
     check_statuses(statuses)
     if older_than < timedelta(0):
         raise CronbaseError(f"older_than must not be negative, got {older_than}")
-    removed = 0
     params = {"statuses": statuses, "older_than": older_than, "limit": batch}
-    with db.pool().connection() as conn:
-        while True:
-            n = conn.execute(db.queries.prune_jobs, params).rowcount
-            removed += n
-            if n < batch:
-                return removed
+    removed = 0
+    while True:
+        row = db.fetch_one(db.queries.prune_jobs, params)
+        n = row["deleted"] if row else 0
+        removed += n
+        if n < batch:
+            break
+    target = "jobs:" + ",".join(statuses)
+    return perform(db, actor, "jobs.prune", target, _last_batch(db, params, removed))
+
+
+def _last_batch(db: Database, params: dict[str, Any], removed: int) -> Action[int]:
+    """One more batch (what finished since: nothing, mostly), then the total and its audit."""
+    ((row,)) = yield db.queries.prune_jobs, params
+    total = removed + int(row["deleted"])
+    older = params["older_than"]
+    return total, {"statuses": params["statuses"], "older_than": str(older), "removed": total}
 
 
 def count_prunable(db: Database, older_than: timedelta, statuses: list[str]) -> dict[str, int]:

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from .db import pool
-from .durations import duration
-from .errors import JobNotFoundError
-from .job import Job
+from ..db import pool
+from ..durations import duration
+from ..errors import JobNotFoundError
+from ..job import Job
 
 if TYPE_CHECKING:
-    from .db.database import Database, Row
+    from ..db.database import Database, Row
 
 POLL_FIRST = 0.05
 POLL_MAX = 1.0

@@ -13,17 +13,17 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from .connections import async_connection, sync_connection
-from .errors import CronbaseError
-from .limits import check_key
-from .payload import encode_value
+from ..checks import check_key
+from ..db.connections import async_connection, sync_connection
+from ..errors import CronbaseError
+from ..payload.encode import encode_value
 
 if TYPE_CHECKING:
     import psycopg
 
-    from .connections import CallerConnection
-    from .db.database import Database
-    from .hooks import Hooks
+    from ..db.connections import CallerConnection
+    from ..db.database import Database
+    from ..hooks import Hooks
 
 
 class EventError(CronbaseError, ValueError):

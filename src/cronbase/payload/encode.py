@@ -22,8 +22,8 @@ from decimal import Decimal
 from typing import Any, cast
 from uuid import UUID
 
-from .errors import CronbaseError, PayloadError, ResultError
-from .limits import DEFAULT_MAX_PAYLOAD_BYTES
+from ..checks import DEFAULT_MAX_PAYLOAD_BYTES
+from ..errors import CronbaseError, PayloadError, ResultError
 
 # App(json_dumps=...): a payload that passed cronbase's checks, as JSON's own types -> JSON text
 # (orjson.dumps returns bytes).

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .db.database import Row
-from .flow import Rate
-from .job import JobStatus
+from ..db.database import Row
+from ..flow import Rate
+from ..job import JobStatus
 
 if TYPE_CHECKING:
-    from .db.database import Database
+    from ..db.database import Database
 
 
 @dataclass(frozen=True)

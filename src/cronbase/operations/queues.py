@@ -1,7 +1,7 @@
 """Queues an operator can pause or limit.
 
 Pause: workers stop claiming from a paused queue until it is resumed. Jobs already running in it
-finish; new jobs can still be enqueued and wait. The pause is a row in ``cronbase.queues`` that
+finish; new jobs can still be enqueued and wait. The pause is a row in ``cronbase.queues`` (the table) that
 every claim statement reads, so it takes effect at once everywhere.
 
 Limits: ``set_limit(name, n)`` (at most n running jobs of the queue across all workers) and
@@ -23,14 +23,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .db.database import Row
-from .errors import InvalidNameError
+from ..checks import check_name
+from ..db.database import Row
+from ..errors import InvalidNameError
+from ..flow import Rate, check_limit, parse_rate
+from .audited import DEFAULT_ACTOR, Action, perform, perform_async
 from .fleet import workers, workers_async
-from .flow import Rate, check_limit, parse_rate
-from .limits import check_name
 
 if TYPE_CHECKING:
-    from .db.database import Database
+    from ..db.database import Database
 
 
 @dataclass(frozen=True)
@@ -110,53 +111,74 @@ class Queues:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def pause(self, name: str, *, actor: str = "api") -> QueueState:
+    def pause(self, name: str, *, actor: str | None = None) -> QueueState:
+        """Stop workers claiming from queue ``name`` (running jobs finish); audited as
+        ``queue.pause`` by ``actor`` (default ``api``), as every change here."""
         _check(name)
-        row = self.db.fetch_one(self.db.queries.pause_queue, {"name": name, "actor": actor})
-        assert row is not None
-        return QueueState.from_row(row)
+        return perform(self.db, actor, "queue.pause", f"queue:{name}", self._pause(name, actor))
 
-    async def pause_async(self, name: str, *, actor: str = "api") -> QueueState:
+    async def pause_async(self, name: str, *, actor: str | None = None) -> QueueState:
         _check(name)
-        params = {"name": name, "actor": actor}
-        row = await self.db.fetch_one_async(self.db.queries.pause_queue, params)
-        assert row is not None
-        return QueueState.from_row(row)
+        action = self._pause(name, actor)
+        return await perform_async(self.db, actor, "queue.pause", f"queue:{name}", action)
 
-    def resume(self, name: str) -> QueueState:
+    def resume(self, name: str, *, actor: str | None = None) -> QueueState:
         _check(name)
-        row = self.db.fetch_one(self.db.queries.resume_queue, {"name": name})
-        return QueueState.from_row(row) if row else QueueState(name, is_paused=False)
+        return perform(self.db, actor, "queue.resume", f"queue:{name}", self._resume(name))
 
-    async def resume_async(self, name: str) -> QueueState:
+    async def resume_async(self, name: str, *, actor: str | None = None) -> QueueState:
         _check(name)
-        row = await self.db.fetch_one_async(self.db.queries.resume_queue, {"name": name})
-        return QueueState.from_row(row) if row else QueueState(name, is_paused=False)
+        action = self._resume(name)
+        return await perform_async(self.db, actor, "queue.resume", f"queue:{name}", action)
 
-    def set_limit(self, name: str, max_running: int | None) -> QueueState:
+    def set_limit(
+        self, name: str, max_running: int | None, *, actor: str | None = None
+    ) -> QueueState:
         """At most ``max_running`` running jobs of queue ``name`` across all workers (None: no
         limit)."""
-        row = self.db.fetch_one(self.db.queries.set_queue_limit, limit_params(name, max_running))
-        assert row is not None
-        return QueueState.from_row(row)
+        action = self._set(self.db.queries.set_queue_limit, limit_params(name, max_running))
+        return perform(self.db, actor, "queue.limit", f"queue:{name}", action)
 
-    async def set_limit_async(self, name: str, max_running: int | None) -> QueueState:
-        params = limit_params(name, max_running)
-        row = await self.db.fetch_one_async(self.db.queries.set_queue_limit, params)
-        assert row is not None
-        return QueueState.from_row(row)
+    async def set_limit_async(
+        self, name: str, max_running: int | None, *, actor: str | None = None
+    ) -> QueueState:
+        action = self._set(self.db.queries.set_queue_limit, limit_params(name, max_running))
+        return await perform_async(self.db, actor, "queue.limit", f"queue:{name}", action)
 
-    def set_rate(self, name: str, rate: str | Rate | None) -> QueueState:
+    def set_rate(
+        self, name: str, rate: str | Rate | None, *, actor: str | None = None
+    ) -> QueueState:
         """At most ``rate`` starts of queue ``name``'s jobs (``"100/minute"``) in any window,
         across all workers (None: no rate limit)."""
-        row = self.db.fetch_one(self.db.queries.set_queue_rate, rate_params(name, rate))
-        assert row is not None
-        return QueueState.from_row(row)
+        action = self._set(self.db.queries.set_queue_rate, rate_params(name, rate))
+        return perform(self.db, actor, "queue.rate", f"queue:{name}", action)
 
-    async def set_rate_async(self, name: str, rate: str | Rate | None) -> QueueState:
-        row = await self.db.fetch_one_async(self.db.queries.set_queue_rate, rate_params(name, rate))
-        assert row is not None
-        return QueueState.from_row(row)
+    async def set_rate_async(
+        self, name: str, rate: str | Rate | None, *, actor: str | None = None
+    ) -> QueueState:
+        action = self._set(self.db.queries.set_queue_rate, rate_params(name, rate))
+        return await perform_async(self.db, actor, "queue.rate", f"queue:{name}", action)
+
+    def task_limits(self) -> builtins.list[Row]:
+        """Each limited task's limits, as its workers last registered them."""
+        return self.db.fetch_all(self.db.queries.list_task_limits)
+
+    # -- the actions (audited.py runs them) ----------------------------------------------------
+
+    def _pause(self, name: str, actor: str | None) -> Action[QueueState]:
+        params = {"name": name, "actor": actor or DEFAULT_ACTOR}
+        (row,) = yield self.db.queries.pause_queue, params
+        return QueueState.from_row(row), {}
+
+    def _resume(self, name: str) -> Action[QueueState]:
+        rows = yield self.db.queries.resume_queue, {"name": name}
+        return (QueueState.from_row(rows[0]) if rows else QueueState(name, is_paused=False)), {}
+
+    def _set(self, statement: bytes, params: dict[str, object]) -> Action[QueueState]:
+        (row,) = yield statement, params
+        state = QueueState.from_row(row)
+        rate = None if state.rate is None else str(state.rate)
+        return state, {"max_running": state.max_running, "rate": rate}
 
     def used(self, task_queues: Iterable[str] = ()) -> set[str]:
         """The queues something uses: a job's, an earlier pause's or limit's, a registered

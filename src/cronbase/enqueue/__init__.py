@@ -1,0 +1,1 @@
+"""Enqueueing: job options, the insert statements' parameters, and the caller's connection."""

@@ -1,0 +1,1 @@
+"""Workflows: dependencies, chains and groups, durable steps, sleeps and events."""
