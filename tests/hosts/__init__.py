@@ -18,15 +18,19 @@ every run and perform their effects where a duplicate shows.
 2. ``test_slow_link.py``: a worker on a slow, lossy link (``tc netem`` delay and loss, or on a
    kernel without netem a narrow ``tbf`` link that queues and drops) holds jobs past twice their
    lease while the other hosts' reapers run: no lease is taken from it, nothing runs twice.
+3. ``test_clock_skew.py``: workers whose clocks are 90 s ahead and 90 s behind (libfaketime):
+   a durable sleep begun on one and ended on the other lasts its time, no job starts before its
+   ``run_at``, a delay given on a skewed host counts from the database's clock, no lease is
+   taken from a live worker, and a schedule firing every second fires each slot once, none early.
 
 Patroni (``patroni.py``: three PostgreSQL 15 nodes, one etcd, REST APIs on 127.0.0.1, short
 TTLs), workers and a producer on the multi-host URL with ``target_session_attrs=read-write``
 (``test_patroni.py``):
 
-3. synchronous mode, the leader SIGKILLed twice (its Patroni and its PostgreSQL) mid-drain and
+4. synchronous mode, the leader SIGKILLed twice (its Patroni and its PostgreSQL) mid-drain and
    brought back as a replica: every acknowledged defer succeeds, no effect runs twice, workers
    never exit, the producer fails only during a switch, LISTEN follows the new leader;
-4. a ``patronictl switchover`` under load: the same;
-5. asynchronous mode: what a failover loses, measured, and that it is always the newest of
+5. a ``patronictl switchover`` under load: the same;
+6. asynchronous mode: what a failover loses, measured, and that it is always the newest of
    what the old leader acknowledged.
 """
