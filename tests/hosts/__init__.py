@@ -14,7 +14,8 @@ every run and perform their effects where a duplicate shows.
    settings): its jobs are reaped and run on the other hosts; when the link heals, its late
    outcomes are refused by the lease token, no attempt of it that was lost commits or starts an
    effect, no effect happens twice, nothing is lost; it says it lost the database, says it works
-   again, and the same process runs the next batch alone.
+   again, and the same process runs the next batch alone. And a scheduler cut off between
+   locking a due schedule and its COMMIT: the other hosts go on firing its slots, once each.
 2. ``test_slow_link.py``: a worker on a slow, lossy link (``tc netem`` delay and loss, or on a
    kernel without netem a narrow ``tbf`` link that queues and drops) holds jobs past twice their
    lease while the other hosts' reapers run: no lease is taken from it, nothing runs twice.

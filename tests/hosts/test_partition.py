@@ -2,18 +2,20 @@
 partition), or one way (it can send, not receive). Its jobs must be reaped and run on the other
 hosts; once the link heals, what it still had in flight must be fenced (its outcomes refused, no
 effect written by an attempt whose lease was gone, none twice); nothing is lost; the same worker
-process must take jobs again, and say that it lost its leases and that it works again.
+process must take jobs again, and say that it lost its leases and that it works again. And a
+scheduler cut off in the middle of a tick must not keep the schedules it locked from firing.
 """
 
 from __future__ import annotations
 
 import signal
+from datetime import timedelta
 
 import pytest
 
 from tests.conftest import wait_for
 from tests.hosts import figures
-from tests.hosts.hosts_app import LEASE, effect_key, transaction_key
+from tests.hosts.hosts_app import LEASE, SCHEDULE_KEY, effect_key, transaction_key
 from tests.hosts.world import World, log_lines, seconds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -210,3 +212,122 @@ def test_a_host_cut_off_past_its_lease_is_fenced_and_rejoins(
     print("\n".join(lease_lost[:5] + works_again[:5]))
     process.send(signal.SIGTERM)
     assert process.wait_exit(timeout=60) == 0
+
+
+HOLD_TICK = """
+CREATE TABLE IF NOT EXISTS hosts_hold_tick (address inet PRIMARY KEY);
+CREATE OR REPLACE FUNCTION hosts_hold_tick() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM hosts_hold_tick WHERE address = inet_client_addr()) THEN
+        DELETE FROM hosts_hold_tick WHERE address = inet_client_addr();
+        PERFORM pg_sleep(2);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER hosts_hold_tick BEFORE UPDATE ON cronbase.schedules
+    FOR EACH ROW EXECUTE FUNCTION hosts_hold_tick();
+"""
+# Slots that must fire, by the other host, while the scheduler that was cut off mid-tick stays
+# cut off.
+SLOTS_DURING_CUT = 3
+
+
+def test_a_scheduler_cut_off_mid_tick_holds_no_slot_back(world: World) -> None:
+    """A worker's scheduler cut off between locking a due schedule (``FOR UPDATE``) and its
+    COMMIT: the server would keep that lock until its TCP gives up on the vanished client (15
+    minutes; hours if its last reply had been acknowledged), and every other scheduler skips a
+    locked schedule. The slots must go on firing, once each, while the host stays cut off."""
+    schedule = {"HOSTS_SCHEDULE": "1"}
+    hosts = {name: world.network.add(name) for name in ("w1", "w2")}
+    workers = {name: world.start_worker(host, env=schedule) for name, host in hosts.items()}
+    world.wait_registered(workers.values())
+    victim = hosts["w1"]
+    first_slot = wait_for(
+        lambda: world.value(
+            "SELECT date_trunc('second', min(created_at)) + interval '1 second' "
+            "FROM cronbase.schedules WHERE key = %s",
+            [SCHEDULE_KEY],
+        ),
+        timeout=30,
+        what="the schedule to be declared",
+    )
+    world.conn.execute(HOLD_TICK)
+    # The victim's next tick that advances the schedule is held on the server for 2 s, its
+    # lock taken: the cut lands then, and the reply is lost.
+    world.conn.execute("INSERT INTO hosts_hold_tick VALUES (%s)", [victim.address])
+    wait_for(
+        lambda: world.rows(
+            "SELECT 1 FROM pg_stat_activity WHERE client_addr = %s AND wait_event = 'PgSleep'",
+            [victim.address],
+        ),
+        timeout=60,
+        what="the victim's scheduler to be held mid-tick",
+    )
+    world.network.cut(victim)
+    cut_at = world.now()
+
+    def fired_after_cut() -> int:
+        return int(
+            world.value(
+                "SELECT count(*) FROM cronbase.jobs WHERE task = 'slot' AND created_at > %s",
+                [cut_at],
+            )
+        )
+
+    try:
+        wait_for(
+            lambda: fired_after_cut() >= SLOTS_DURING_CUT,
+            timeout=60,
+            what="slots to fire while the scheduler that locked them is cut off",
+        )
+    except pytest.fail.Exception:
+        locks = world.rows(
+            "SELECT client_addr, state, round(extract(epoch FROM now() - state_change)), "
+            "left(query, 60) FROM pg_stat_activity WHERE client_addr = %s",
+            [victim.address],
+        )
+        pytest.fail(
+            f"no slot fired for 60 s after the cut: the cut-off scheduler's transaction still "
+            f"holds the schedule (its sessions: {locks})"
+        )
+    resumed_after = world.value(
+        "SELECT min(created_at) - %s FROM cronbase.jobs WHERE task = 'slot' AND created_at > %s",
+        [cut_at, cut_at],
+    )
+    world.network.heal(victim)
+    healed_at = world.now()
+    window_end = world.value("SELECT date_trunc('second', %s::timestamptz)", [healed_at])
+    wait_for(
+        lambda: world.value(
+            "SELECT last_fired_at >= %s + interval '2 seconds' FROM cronbase.schedules "
+            "WHERE key = %s",
+            [window_end, SCHEDULE_KEY],
+        ),
+        timeout=60,
+        what="the schedule to fire after the heal",
+    )
+    slots = [
+        slot
+        for (slot,) in world.rows(
+            "SELECT (payload->>'scheduled_at')::timestamptz FROM cronbase.jobs "
+            "WHERE task = 'slot' AND (payload->>'scheduled_at')::timestamptz BETWEEN %s AND %s",
+            [first_slot, window_end],
+        )
+    ]
+    expected = int((window_end - first_slot).total_seconds()) + 1
+    every_second = {first_slot + timedelta(seconds=k) for k in range(expected)}
+    assert len(slots) == len(set(slots)), "a slot fired twice"
+    assert set(slots) == every_second, f"slots missing: {sorted(every_second - set(slots))}"
+    for name, worker in workers.items():
+        assert worker.popen.poll() is None, f"worker {name} exited"
+        worker.send(signal.SIGTERM)
+    assert [w.wait_exit(timeout=60) for w in workers.values()] == [0, 0]
+    figures.save(
+        "scheduler-cut-mid-tick",
+        {
+            "slots": expected,
+            "cut_to_slots_firing_again_s": seconds(resumed_after),
+            "slots_missing": 0,
+            "slots_twice": 0,
+        },
+    )
