@@ -34,4 +34,6 @@ TTLs), workers and a producer on the multi-host URL with ``target_session_attrs=
 5. a ``patronictl switchover`` under load: the same;
 6. asynchronous mode: what a failover loses, measured, and that it is always the newest of
    what the old leader acknowledged.
+
+docs/ha-and-hosts.md is the setup these tests recommend, with their figures.
 """
