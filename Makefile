@@ -1,7 +1,8 @@
 # make demo | make test | make check: each creates .venv first when missing (Python 3.11+ only).
 # The venv is reinstalled when pyproject.toml is newer than its stamp file. make test also needs
-# Debian's chromium, pgbouncer and postgresql-15: scripts/prerequisites.sh installs them as root
-# (apt-get) when missing, or stops with the command to run.
+# Debian's chromium, pgbouncer, postgresql-15, iproute2, faketime, patroni and etcd:
+# scripts/prerequisites.sh installs them as root (apt-get) when missing, or stops with the
+# command to run.
 
 PYTHON = python3
 VENV = .venv
@@ -12,8 +13,13 @@ STAMP = $(VENV)/.cronbase-installed
 demo: $(STAMP)
 	$(VENV)/bin/cronbase demo
 
+# make test ends with the figures the hosts tier measured (tests/hosts: partitions, clock skew,
+# Patroni failovers), printed whether it passed or not.
 test: prerequisites $(STAMP)
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	@summary=$$(mktemp -t cronbase-hosts.XXXXXX); \
+	CRONBASE_HOSTS_SUMMARY=$$summary $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests; \
+	status=$$?; echo; $(VENV)/bin/python -m tests.hosts.figures $$summary; \
+	rm -f $$summary; exit $$status
 
 check: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests examples bench
@@ -23,6 +29,16 @@ check: $(STAMP)
 
 prerequisites:
 	@sh scripts/prerequisites.sh
+
+# make hosts: the hosts tier alone (tests/hosts/__init__.py says what each test breaks and
+# checks; about 4 minutes), then its figures; CRONBASE_HOSTS_SCALE=3 make hosts runs more jobs.
+.PHONY: hosts
+
+hosts: prerequisites $(STAMP)
+	@summary=$$(mktemp -t cronbase-hosts.XXXXXX); \
+	CRONBASE_HOSTS_SUMMARY=$$summary $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/hosts; \
+	status=$$?; echo; $(VENV)/bin/python -m tests.hosts.figures $$summary; \
+	rm -f $$summary; exit $$status
 
 # make chaos: the chaos tier (tests/chaos/__init__.py says what each scenario breaks and checks),
 # at full scale; CRONBASE_CHAOS_SCALE=0.1 make chaos runs CI's reduced scale. Its figures are

@@ -6,6 +6,12 @@
 #   pgbouncer      /usr/sbin/pgbouncer: tests/servers.py puts a real pgbouncer in front of servers
 #   postgresql-15  initdb, pg_ctl, postgres, pg_basebackup: tests/servers.py's own clusters, which
 #                  tests restart, kill and fail over (and CI's second `make test` on PostgreSQL 15)
+#   iproute2       ip, tc: the hosts tier (tests/hosts) builds hosts of network namespaces and
+#                  veth pairs, cuts and slows their links
+#   faketime       libfaketime (LD_PRELOAD): the hosts tier's workers whose clock is 90 s off
+#   patroni        the hosts tier's high-availability cluster of three PostgreSQL 15 nodes,
+#   etcd-server    with one etcd as Patroni's store (etcd-client: etcdctl, to look at it)
+#   etcd-client
 set -eu
 
 PG15=/usr/lib/postgresql/15/bin
@@ -24,6 +30,12 @@ need chromium /usr/bin/chromium
 need openssl /usr/bin/openssl
 need pgbouncer /usr/sbin/pgbouncer
 need postgresql-15 "$PG15/initdb" "$PG15/pg_ctl" "$PG15/postgres" "$PG15/pg_basebackup"
+need iproute2 /usr/sbin/ip /usr/sbin/tc
+# faketime brings libfaketime (/usr/lib/<multiarch>/faketime/libfaketime.so.1), which tests use.
+need faketime /usr/bin/faketime
+need patroni /usr/bin/patroni /usr/bin/patronictl
+need etcd-server /usr/bin/etcd
+need etcd-client /usr/bin/etcdctl
 
 [ -z "$missing" ] && exit 0
 missing=${missing# }

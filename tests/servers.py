@@ -140,10 +140,14 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _spawn(argv: Sequence[str | Path], folder: Path, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    argv: Sequence[str | Path], folder: Path, log: Path, *, as_server_user: bool = True
+) -> subprocess.Popen[bytes]:
     """Start a server in the foreground, as our child: we reap it, so a killed server leaves no
     zombie whose pid would block the next start. Its own session: a Ctrl-C at the terminal
-    interrupts pytest, whose fixtures then stop the servers, rather than the servers midway."""
+    interrupts pytest, whose fixtures then stop the servers, rather than the servers midway.
+    Without ``as_server_user`` the command changes user itself (``setpriv`` after
+    ``ip netns exec``, which needs root)."""
     with log.open("ab") as output:
         return subprocess.Popen(
             [str(arg) for arg in argv],
@@ -152,8 +156,23 @@ def _spawn(argv: Sequence[str | Path], folder: Path, log: Path) -> subprocess.Po
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            **_as_server_user(),
+            **(_as_server_user() if as_server_user else {}),
         )
+
+
+def in_netns(netns: str, argv: Sequence[str | Path]) -> list[str]:
+    """``argv`` run in the network namespace ``netns`` as the server user (we are root: only
+    root enters a namespace). ``ip`` and ``setpriv`` exec, fork nothing: the server keeps the
+    pid we started, and stays our child."""
+    drop = [
+        "setpriv",
+        f"--reuid={SERVER_USER}",
+        f"--regid={SERVER_USER}",
+        "--init-groups",
+        "--reset-env",
+        "--",
+    ]
+    return ["ip", "netns", "exec", netns, *drop, *(str(arg) for arg in argv)]
 
 
 def _running(process: subprocess.Popen[bytes] | None) -> subprocess.Popen[bytes] | None:
@@ -172,11 +191,26 @@ def _reap(process: subprocess.Popen[bytes], what: str) -> None:
 class PostgresCluster:
     """A throwaway PostgreSQL 15 cluster on 127.0.0.1 (a new one, or a streaming replica of
     ``primary``), started; ``close()`` (or leaving ``with``) stops it and deletes its folder.
+
+    With ``netns`` (a network namespace, tests/hosts/network.py) it runs in that namespace,
+    listening on ``address`` there, and accepts connections from any address: other namespaces
+    reach it by TCP (:meth:`tcp_url`), the test through its Unix socket (:attr:`url`), which no
+    cut of the network touches.
     """
 
-    def __init__(self, *, primary: PostgresCluster | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        primary: PostgresCluster | None = None,
+        netns: str | None = None,
+        address: str = "127.0.0.1",
+    ) -> None:
         for program in ("initdb", "postgres", "pg_ctl", "pg_basebackup"):
             _require(PG_BIN / program, "postgresql-15")
+        if netns is not None and os.geteuid() != 0:
+            raise ServerError(f"a server in network namespace {netns!r} needs root")
+        self.netns = netns
+        self.address = address
         self.folder = _make_folder("cronbase-pg-")
         self.data = self.folder / "data"
         self.log = self.folder / "server.log"
@@ -206,9 +240,11 @@ class PostgresCluster:
             # Not the environment's locale, which may not exist on this machine.
             "--locale=C.UTF-8",
         )
+        # In a namespace of the test's own network, every address there is one of its hosts.
+        hosts = "0.0.0.0/0" if self.netns is not None else "127.0.0.1/32"
         (self.data / "pg_hba.conf").write_text(
             "local all all trust\n"
-            "host all all 127.0.0.1/32 trust\n"
+            f"host all all {hosts} trust\n"
             "host replication all 127.0.0.1/32 trust\n"
         )
 
@@ -220,7 +256,19 @@ class PostgresCluster:
 
     @property
     def url(self) -> str:
+        if self.netns is not None:
+            return self.socket_url("postgres")
         return _url(self.port, "postgres")
+
+    def socket_url(self, dbname: str) -> str:
+        """Database ``dbname`` through the Unix socket in the cluster's folder."""
+        return (
+            f"postgresql://postgres@/{quote(dbname, safe='')}?host={self.folder}&port={self.port}"
+        )
+
+    def tcp_url(self, dbname: str) -> str:
+        """Database ``dbname`` by TCP at ``address``: how other hosts reach it."""
+        return f"postgresql://postgres@{self.address}:{self.port}/{quote(dbname, safe='')}"
 
     @property
     def is_running(self) -> bool:
@@ -228,17 +276,19 @@ class PostgresCluster:
 
     def start(self) -> None:
         """Start on ``self.port`` and return once the server accepts connections."""
-        self._process = _spawn(
-            [
-                PG_BIN / "postgres",
-                *("-D", self.data, "-p", str(self.port), "-k", self.folder),
-                *("-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"),
-                *("-c", "max_connections=200", "-c", "wal_level=replica"),
-                *("-c", "max_wal_senders=5", "-c", "hot_standby=on"),
-            ],
-            self.folder,
-            self.log,
-        )
+        argv: list[str | Path] = [
+            PG_BIN / "postgres",
+            *("-D", self.data, "-p", str(self.port), "-k", self.folder),
+            *("-c", f"listen_addresses={self.address}", "-c", "fsync=off"),
+            *("-c", "max_connections=200", "-c", "wal_level=replica"),
+            *("-c", "max_wal_senders=5", "-c", "hot_standby=on"),
+        ]
+        if self.netns is None:
+            self._process = _spawn(argv, self.folder, self.log)
+        else:
+            self._process = _spawn(
+                in_netns(self.netns, argv), self.folder, self.log, as_server_user=False
+            )
 
         def accepts_connections() -> bool:
             if not self.is_running:
@@ -301,10 +351,10 @@ class PostgresCluster:
         wait_until(is_primary, timeout=START_TIMEOUT, what=f"{self.url} to leave recovery")
 
     def create_database(self, name: str) -> str:
-        """Create database ``name``; its URL."""
+        """Create database ``name``; its URL (through the Unix socket in a namespace)."""
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return _url(self.port, name)
+        return self.socket_url(name) if self.netns is not None else _url(self.port, name)
 
     def close(self) -> None:
         """Stop this cluster and its replicas at once and delete their folders."""

@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -128,16 +128,25 @@ class WorkerProcesses:
         self.started: list[WorkerProcess] = []
         self._logs: list[IO[bytes]] = []
 
-    def start(self, name: str, *options: str) -> WorkerProcess:
-        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-        env.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO), **self.env)
+    def start(
+        self,
+        name: str,
+        *options: str,
+        prefix: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> WorkerProcess:
+        """``python -m <module> --worker-id NAME OPTIONS...``, after ``prefix`` (a command that
+        execs it: ``ip netns exec HOST``), with ``env`` on top of the processes' own."""
+        environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        environment.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO))
+        environment.update({**self.env, **(env or {})})
         log_path = self.folder / f"worker-{name}.log"
         log = log_path.open("wb")
         self._logs.append(log)
         popen = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--worker-id", name, *options],
+            [*prefix, sys.executable, "-m", self.module, "--worker-id", name, *options],
             cwd=REPO,
-            env=env,
+            env=environment,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -17,7 +17,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -32,6 +31,7 @@ import cronbase
 from tests.conftest import wait_for
 from tests.e2e import failover_app
 from tests.e2e.harness import WorkerProcess, WorkerProcesses, is_registered
+from tests.e2e.producer import Producer
 from tests.servers import PostgresCluster
 from tests.servers import make_cluster as make_cluster
 
@@ -41,8 +41,6 @@ DBNAME = "app"
 FIRST_BATCH = 1000
 # The primary dies once this many jobs of the first batch succeeded: mid-drain.
 KILL_AFTER = 250
-# The producer's pace between defers (one job, then five in one defer_many, in turn).
-PRODUCER_PAUSE = 0.02
 # Successful defers after the promotion before the producer stops.
 DEFERS_AFTER_PROMOTION = 50
 WORKERS = ("A", "B")
@@ -131,56 +129,6 @@ def mapping(conn: psycopg.Connection[Any], query: str, *params: Any) -> dict[Any
 
 def statuses(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return mapping(conn, "SELECT status, count(*) FROM cronbase.jobs GROUP BY status")
-
-
-@dataclass(frozen=True)
-class Call:
-    """One defer or defer_many call of the producer."""
-
-    started: float  # time.monotonic()
-    ended: float
-    ns: tuple[int, ...]  # the payloads' n
-    ids: tuple[int, ...] | None  # None: it raised (not acknowledged)
-    error: str | None = None
-
-
-class Producer(threading.Thread):
-    """Defers ``deliver`` jobs until stopped, noting every call and whether it raised."""
-
-    def __init__(self, task: cronbase.Task[Any, Any], first_n: int) -> None:
-        super().__init__(name="failover-producer", daemon=True)
-        self.task = task
-        self.next_n = first_n
-        self.calls: list[Call] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        single = True
-        while not self.stopping.is_set():
-            ns = (self.next_n,) if single else tuple(range(self.next_n, self.next_n + 5))
-            self.next_n += len(ns)
-            started = time.monotonic()
-            try:
-                if single:
-                    ids: tuple[int, ...] = (self.task.defer(n=ns[0]),)
-                else:
-                    ids = tuple(self.task.defer_many([{"n": n} for n in ns]))
-            except Exception as exc:
-                line = (str(exc).strip().splitlines() or [""])[0]
-                self.calls.append(
-                    Call(started, time.monotonic(), ns, None, f"{type(exc).__name__}: {line}")
-                )
-            else:
-                self.calls.append(Call(started, time.monotonic(), ns, ids))
-            single = not single
-            # Pacing (not a wait for a condition): a steady trickle of defers.
-            self.stopping.wait(PRODUCER_PAUSE)
-
-    def stop(self) -> None:
-        self.stopping.set()
-        if self.ident is not None:  # started
-            self.join(30)
-        assert not self.is_alive(), "the producer did not stop within 30 s"
 
 
 class Seen(logging.Handler):

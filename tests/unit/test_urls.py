@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import psycopg
 import pytest
 
 import cronbase
@@ -67,3 +68,26 @@ def test_urls_of_other_schemes_and_sqlalchemy_drivers_name_the_fix() -> None:
             pool.check_url(url)
         assert "pw@" not in str(caught.value)
     pool.check_url("postgres://u@h/app")  # Heroku's spelling stays accepted
+
+
+def test_connections_notice_a_silent_peer_unless_the_url_says_otherwise() -> None:
+    """A server whose machine died answers nothing: without keepalives and tcp_user_timeout,
+    libpq waits for the kernel (~15 minutes with a statement in flight, hours when idle)."""
+    _, kwargs = pool.connection_kwargs("postgresql://u@h/db", "test")
+    assert {name: kwargs[name] for name in pool.TCP_DEFAULTS} == pool.TCP_DEFAULTS
+    assert int(kwargs["tcp_user_timeout"]) <= 60_000
+    idle, interval, count = (
+        int(kwargs[name]) for name in ("keepalives_idle", "keepalives_interval", "keepalives_count")
+    )
+    assert idle + interval * count <= 60
+
+    # A URL (either form) that sets one keeps its value; the others keep cronbase's.
+    for url in (
+        "postgresql://u@h/db?tcp_user_timeout=5000&keepalives_idle=2",
+        "host=h dbname=db tcp_user_timeout=5000 keepalives_idle=2",
+    ):
+        bare, kwargs = pool.connection_kwargs(url, "test")
+        assert "tcp_user_timeout" not in kwargs
+        assert "keepalives_idle" not in kwargs
+        assert psycopg.conninfo.conninfo_to_dict(bare)["tcp_user_timeout"] == "5000"
+        assert kwargs["keepalives_interval"] == pool.TCP_DEFAULTS["keepalives_interval"]

@@ -28,6 +28,20 @@ CONNECT_TIMEOUT_SECONDS = 10
 RECONNECT_TIMEOUT_SECONDS = 3.0
 # psycopg's own options, accepted in a URL's query string (libpq would refuse them).
 _CLIENT_OPTIONS = ("prepare_threshold",)
+# A server that vanishes without a word (its machine died, the network between us broke) leaves
+# connections libpq alone gives up on only when the kernel does: ~15 minutes for a statement
+# waiting for its reply, over 2 hours for an idle one (a LISTEN). With these, a silent peer is
+# noticed in about half a minute: the connection fails, the worker says so and retries, and the
+# pool makes new ones (to the promoted primary of a multi-host URL). Unacknowledged data for
+# tcp_user_timeout, or keepalive probes unanswered, end it; a slow statement does not (the
+# server's kernel acknowledges it, and answers the probes). A URL that names one sets it.
+TCP_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
 
 
 def configured_url(explicit: str | None = None) -> str | None:
@@ -133,6 +147,11 @@ def connection_kwargs(
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         "application_name": application_name,
     }
+    try:
+        given = conninfo_to_dict(bare)
+    except psycopg.ProgrammingError:  # not a URL libpq reads: connecting names the fault
+        given = {}
+    kwargs.update({name: value for name, value in TCP_DEFAULTS.items() if name not in given})
     kwargs.update(from_url)
     kwargs.update(options)
     return bare, kwargs

@@ -36,6 +36,13 @@ logger = logging.getLogger("cronbase")
 CatchUp = Literal["latest", "all", "none"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("latest", "all", "none")
 DUE_BATCH = 100
+# A tick's transaction locks the schedules it fires (FOR UPDATE, which other tickers SKIP). A
+# ticker whose host is cut off mid-tick would leave that lock on the server until the server's
+# TCP gives up on it (15 minutes; hours when its last reply was acknowledged), and the schedule
+# would fire nowhere meanwhile. With this, the server ends such a session once it has idled this
+# long in the transaction (a tick's statements come milliseconds apart), and rolls it back.
+# Local to each transaction, so through a transaction pooler too.
+IDLE_LIMIT = {"milliseconds": "10000"}
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,7 @@ class Scheduler:
             return
         q = self.db.queries
         async with conn.transaction():
+            await conn.execute(q.limit_idle_transaction, IDLE_LIMIT)
             db_now = (await (await conn.execute(q.database_now)).fetchone() or [None])[0]
             for spec in self.periodic.values():
                 await conn.execute(q.upsert_schedule, upsert_params(spec, db_now))
@@ -256,6 +264,7 @@ class Scheduler:
         job_ids: list[int] = []
         while True:  # in batches, each its own transaction, until fewer than a batch are due
             async with conn.transaction():
+                await conn.execute(q.limit_idle_transaction, IDLE_LIMIT)
                 if now is None:
                     now = (await (await conn.execute(q.database_now)).fetchone() or [None])[0]
                 async with conn.cursor(row_factory=dict_row) as cur:

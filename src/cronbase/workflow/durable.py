@@ -13,7 +13,8 @@ writes the job back as ``queued`` at the wake-up time, with no lease and the att
 counted, and the next run on any worker replays the handler from the top: finished steps are
 skipped, a sleep whose time has come returns, a wait whose event was emitted returns its
 payload. The wake-up time and the event's outcome are steps themselves, so a replay sees the
-same ones. Handlers must therefore call these in the same order on each run (as DBOS and
+same ones. They are read on the database's clock, which decides what is due: a sleep begun on a
+host whose clock is ahead ends on time on one whose clock is behind. Handlers must therefore call these in the same order on each run (as DBOS and
 Temporal require of workflow code), and name each step once per run.
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -125,6 +125,23 @@ class Durable:
             effect.record(**{VALUE: stored})
         return stored
 
+    # -- the database's clock --------------------------------------------------------------------
+
+    def _now(self) -> float:
+        """The database's clock (epoch seconds), not this host's: a suspended job resumes on
+        any host, and a wake-up time read on one clock and compared on another would move by
+        their difference (a 2 s sleep lasted 182 s from a host 90 s ahead to one 90 s behind)."""
+        return _epoch(self.db.fetch_one(self.db.queries.database_now))
+
+    async def _now_async(self) -> float:
+        return _epoch(await self.db.fetch_one_async(self.db.queries.database_now))
+
+    def _wake_at(self, seconds: float | None) -> float | None:
+        return None if seconds is None else self._now() + seconds
+
+    async def _wake_at_async(self, seconds: float | None) -> float | None:
+        return None if seconds is None else await self._now_async() + seconds
+
     # -- sleep -----------------------------------------------------------------------------------
 
     def _sleep_name(self) -> str:
@@ -134,14 +151,14 @@ class Durable:
     def sleep(self, duration: timedelta | float) -> None:
         seconds = check_seconds("sleep()", duration)
         assert seconds is not None
-        wake = self.step(self._sleep_name(), _wake_at, (seconds,), {})
-        _suspend_until(wake)
+        wake = self.step(self._sleep_name(), self._wake_at, (seconds,), {})
+        _suspend_until(wake, self._now())
 
     async def sleep_async(self, duration: timedelta | float) -> None:
         seconds = check_seconds("sleep_async()", duration)
         assert seconds is not None
-        wake = await self.step_async(self._sleep_name(), _wake_at, (seconds,), {})
-        _suspend_until(wake)
+        wake = await self.step_async(self._sleep_name(), self._wake_at_async, (seconds,), {})
+        _suspend_until(wake, await self._now_async())
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -151,11 +168,12 @@ class Durable:
         row = self.db.fetch_one(self.db.queries.get_effect, {"key": outcome})
         if row is not None and row["status"] == "done":
             return _outcome(key, row["result"])
-        deadline = self.step(f"event-deadline:{key}", _deadline, (seconds,), {})
+        deadline = self.step(f"event-deadline:{key}", self._wake_at, (seconds,), {})
         event = self.db.fetch_one(self.db.queries.get_event, {"key": key})
-        result = _arrived(key, event, deadline)
+        now = self._now()
+        result = _arrived(key, event, deadline, now)
         if result is None:
-            raise Suspend(_left(deadline), waiting_for=key)
+            raise Suspend(_left(deadline, now), waiting_for=key)
         with self.effects.once(outcome, stale_after=TAKE_OVER_AT_ONCE) as effect:
             if not effect.done:
                 effect.record(**result)
@@ -172,11 +190,14 @@ class Durable:
         row = await self.db.fetch_one_async(self.db.queries.get_effect, {"key": outcome})
         if row is not None and row["status"] == "done":
             return _outcome(key, row["result"])
-        deadline = await self.step_async(f"event-deadline:{key}", _deadline, (seconds,), {})
+        deadline = await self.step_async(
+            f"event-deadline:{key}", self._wake_at_async, (seconds,), {}
+        )
         event = await self.db.fetch_one_async(self.db.queries.get_event, {"key": key})
-        result = _arrived(key, event, deadline)
+        now = await self._now_async()
+        result = _arrived(key, event, deadline, now)
         if result is None:
-            raise Suspend(_left(deadline), waiting_for=key)
+            raise Suspend(_left(deadline, now), waiting_for=key)
         async with self.effects.once_async(outcome, stale_after=TAKE_OVER_AT_ONCE) as effect:
             if not effect.done:
                 effect.record(**result)
@@ -184,20 +205,16 @@ class Durable:
         return _outcome(key, stored)
 
 
-def _wake_at(seconds: float) -> float:
-    return time.time() + seconds
+def _epoch(row: Any) -> float:
+    return float(row["now"].timestamp())
 
 
-def _deadline(seconds: float | None) -> float | None:
-    return None if seconds is None else time.time() + seconds
+def _left(deadline: float | None, now: float) -> float | None:
+    return None if deadline is None else max(0.0, deadline - now)
 
 
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.time())
-
-
-def _suspend_until(wake: float) -> None:
-    left = wake - time.time()
+def _suspend_until(wake: float, now: float) -> None:
+    left = wake - now
     if left > 0:
         raise Suspend(left)
 
@@ -209,11 +226,11 @@ def check_wait(key: str, timeout: timedelta | float | None) -> float | None:
     return check_seconds("wait_for() timeout", timeout)
 
 
-def _arrived(key: str, event: Any, deadline: float | None) -> dict[str, Any] | None:
+def _arrived(key: str, event: Any, deadline: float | None, now: float) -> dict[str, Any] | None:
     """What the wait comes to now: the event's payload, a timeout, or None (wait on)."""
     if event is not None:
         return {"payload": event["payload"]}
-    if deadline is not None and time.time() >= deadline:
+    if deadline is not None and now >= deadline:
         return {"timed_out": True}
     return None
 

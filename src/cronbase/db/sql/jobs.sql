@@ -369,7 +369,8 @@ SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
 -- of the reapers' reach (SKIP LOCKED). A worker frozen there (SIGSTOP, a VM pause, a partition)
 -- would hold its job past its lease; with this the server ends the session once it has idled a
 -- lease, rolling back: the job is reaped and runs elsewhere, the frozen attempt's COMMIT fails.
--- Local to the transaction (so through a transaction pooler too).
+-- Local to the transaction (so through a transaction pooler too). A scheduler tick takes it too,
+-- for the schedules it locks (schedule/scheduler.py, IDLE_LIMIT).
 SELECT set_config('idle_in_transaction_session_timeout', %(milliseconds)s, true);
 
 -- name: holds_lease
