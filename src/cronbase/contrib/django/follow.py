@@ -13,6 +13,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ...db.database import Database
 from .config import Config, alias_url, connection_url
+from .database import DjangoDatabase, settings_of
 
 if TYPE_CHECKING:
     from ...app import App
@@ -90,18 +91,10 @@ def database_on(old: Database, url: str) -> Database:
     listen = old.listen_url
     if listen is not None:
         listen = url if listen == old.url else make_conninfo(listen, dbname=_dbname(url))
-    # Every setting given: Database would otherwise read CRONBASE_LISTEN_URL and CRONBASE_POOLER
-    # from the environment, which name the old database.
-    return Database(
-        url,
-        schema=old.schema,
-        listen_url=listen,
-        pooler=old.pooler,
-        pool_size=old.pool_size,
-        max_payload_bytes=old.max_payload_bytes,
-        json_dumps=old.json_dumps,
-        json_loads=old.json_loads,
-    )
+    settings = {**settings_of(old, url), "listen_url": listen}
+    if isinstance(old, DjangoDatabase):
+        return DjangoDatabase(old.source, **settings)
+    return Database(**settings)
 
 
 def _dbname(url: str) -> str | None:
