@@ -16,6 +16,7 @@ rows, read back as Django's ``TaskResult`` (``results.py``).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,7 +170,8 @@ class CronbaseBackend(api.BaseTaskBackend):  # type: ignore[misc]  # Any: django
 
     def get_result(self, result_id: Any) -> Any:
         """The ``TaskResult`` of job ``result_id``; TaskResultDoesNotExist when there is none, or
-        it is not a Django task's job."""
+        it is not a Django task's job. Inside ``atomic()`` it is read in that transaction (so a
+        job enqueued there is found); ``aget_result`` is Django's, this in ``sync_to_async``."""
         job_id = _job_id(result_id)
         jobs = self.app.jobs
         try:
@@ -180,19 +182,6 @@ class CronbaseBackend(api.BaseTaskBackend):  # type: ignore[misc]  # Any: django
         if task is None:
             raise api.TaskResultDoesNotExist(result_id)
         return build_result(task, job, jobs.attempts(job_id), self.alias)
-
-    async def aget_result(self, result_id: Any) -> Any:
-        """The async twin of :meth:`get_result`, on cronbase's async pool."""
-        job_id = _job_id(result_id)
-        jobs = self.app.jobs
-        try:
-            job = await jobs.get_async(job_id)
-        except JobNotFoundError:
-            raise api.TaskResultDoesNotExist(result_id) from None
-        task = django_task(job.task)
-        if task is None:
-            raise api.TaskResultDoesNotExist(result_id)
-        return build_result(task, job, await jobs.attempts_async(job_id), self.alias)
 
     # -- checks ----------------------------------------------------------------------------------
 
@@ -299,6 +288,13 @@ def _exit_error(exc: SystemExit) -> SystemExitError:
     return SystemExitError(f"the task raised SystemExit({exc.code!r})")
 
 
+def _running_result(backend: CronbaseBackend, task: Any, job_id: int) -> Any:
+    """The ``TaskResult`` of the attempt starting now (RUNNING, its worker among worker_ids):
+    what ``task_started`` and the ``TaskContext`` get."""
+    jobs = backend.app.jobs
+    return build_result(task, jobs.get(job_id), jobs.attempts(job_id), backend.alias)
+
+
 def _run(path: str, payload: dict[str, Any]) -> Any:
     entry = _registered[path]
     task = entry.django
@@ -306,8 +302,7 @@ def _run(path: str, payload: dict[str, Any]) -> Any:
     backend = task.get_backend()
     sender = type(backend)
     job = current_job()
-    jobs = backend.app.jobs
-    result = build_result(task, jobs.get(job.id), jobs.attempts(job.id), backend.alias)
+    result = _running_result(backend, task, job.id)
     api.task_started.send(sender=sender, task_result=result)
     try:
         try:
@@ -345,9 +340,9 @@ async def _run_async(path: str, payload: dict[str, Any]) -> Any:
     backend = task.get_backend()
     sender = type(backend)
     job = current_job()
-    jobs = backend.app.jobs
-    job_row = await jobs.get_async(job.id)
-    result = build_result(task, job_row, await jobs.attempts_async(job.id), backend.alias)
+    # On cronbase's sync pool, in a thread: an async pool would be opened per event loop (each
+    # cronbase.testing.drain runs one), for two quick reads.
+    result = await asyncio.to_thread(_running_result, backend, task, job.id)
     await _send(api.task_started, sender, result)
     try:
         try:
