@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "cronbase.contrib.django",  # the worker (manage.py cronbase worker), migrations, the admin
     "newsletter",
 ]

@@ -39,4 +39,7 @@ class CronbaseConfig(AppConfig):  # type: ignore[misc]  # django has no type hin
                 DatabaseFollower(config, app), weak=False, dispatch_uid="cronbase-follow"
             )
         app.hooks.job_middleware.append(fresh_django_connections)
+        from .models import use_schema  # models load after the app configs
+
+        use_schema(app.schema)  # the admin's models, on the App's tables
         post_migrate.connect(apply_schema_without_migrations, sender=self)
