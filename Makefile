@@ -13,7 +13,7 @@ demo: $(STAMP)
 	$(VENV)/bin/cronbase demo
 
 test: prerequisites $(STAMP) $(DJANGO6_STAMP)
-	CRONBASE_DJANGO6_PYTHON=$(DJANGO6_VENV)/bin/python \
+	CRONBASE_DJANGO6_PYTHON=$(CURDIR)/$(DJANGO6_VENV)/bin/python \
 		$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 check: $(STAMP)
@@ -46,9 +46,9 @@ $(STAMP): pyproject.toml
 # The Django 6 part of make test. Django 6 (django.tasks) needs Python 3.12+, .venv runs 3.11 with
 # Django 5.2 and the django-tasks backport: a second venv, .venv-django6, holds cronbase with
 # Django 6, built from the first Python 3.12+ scripts/python312.sh finds (pyenv's 3.12.1 first);
-# it stops with one line saying what to install when there is none. The tests run there are the
-# ones that ask for CRONBASE_DJANGO6_PYTHON (tests/integration/test_django_tasks*.py): each runs
-# Django in that interpreter's processes.
+# it stops with one line saying what to install when there is none. make test passes its python
+# as CRONBASE_DJANGO6_PYTHON to the tests that run Django 6 in processes of their own
+# (tests/integration/test_django_tasks.py, tests/browser/test_django_admin.py).
 DJANGO6_VENV = .venv-django6
 DJANGO6_STAMP = $(DJANGO6_VENV)/.cronbase-installed
 

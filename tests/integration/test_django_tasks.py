@@ -42,8 +42,9 @@ def django6_python() -> str:
     .venv-django6), else .venv-django6 when it is there."""
     given = os.environ.get("CRONBASE_DJANGO6_PYTHON")
     if given:
-        assert Path(given).exists(), f"CRONBASE_DJANGO6_PYTHON={given} does not exist"
-        return given
+        python = (REPO / given).absolute()  # a relative path is the repository's
+        assert python.exists(), f"CRONBASE_DJANGO6_PYTHON={given} does not exist"
+        return str(python)
     if DJANGO6_VENV_PYTHON.exists():
         return str(DJANGO6_VENV_PYTHON)
     pytest.skip(
