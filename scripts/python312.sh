@@ -6,11 +6,9 @@
 works() {
     "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1
 }
-candidates=""
-if command -v pyenv >/dev/null 2>&1; then
-    root=$(pyenv root 2>/dev/null)
-    candidates="$root/versions/3.12.1/bin/python $(ls -d "$root"/versions/3.1[2-9]*/bin/python 2>/dev/null)"
-fi
+# pyenv's versions, also when pyenv itself is not on PATH (a shell that never ran its init).
+root=$(pyenv root 2>/dev/null) || root=${PYENV_ROOT:-$HOME/.pyenv}
+candidates="$root/versions/3.12.1/bin/python $(ls -d "$root"/versions/3.1[2-9]*/bin/python 2>/dev/null)"
 for name in python3.12 python3.13 python3.14 python3; do
     found=$(command -v "$name" 2>/dev/null) && candidates="$candidates $found"
 done

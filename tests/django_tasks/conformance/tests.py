@@ -282,6 +282,15 @@ class BackendTests(TestCase):
         self.assertEqual(job.payload, {"args": [7], "colour": "blue", "__args__": 1})
         cronbase.testing.enqueued(app, task=test_tasks.echo.module_path, colour="blue").assert_one()
 
+    def test_inline_mode_refuses_a_django_task_and_says_what_to_use(self):
+        from cronbase import ConfigurationError
+
+        with (
+            cronbase.testing.inline(app),
+            self.assertRaisesMessage(ConfigurationError, "Django's ImmediateBackend"),
+        ):
+            test_tasks.noop_task.enqueue()
+
     def test_a_rolled_back_savepoint_takes_its_job(self):
         kept = test_tasks.noop_task.enqueue()
         try:

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from ... import Cancel, EffectInProgress, LeaseLostError, Snooze, current_job
 from ...errors import (
+    ConfigurationError,
     CronbaseError,
     DatabaseUnavailableError,
     JobNotFoundError,
@@ -147,6 +148,13 @@ class CronbaseBackend(api.BaseTaskBackend):  # type: ignore[misc]  # Any: django
         """A job in the caller's transaction (Django's connection inside ``atomic()``; committed
         at once outside one), read back as its ``TaskResult`` (READY)."""
         self.validate_task(task)
+        if self.app.hooks.interceptor is not None:
+            raise ConfigurationError(
+                f"{task.module_path}.enqueue() inside cronbase.testing.inline(): a Django task's "
+                "result is its job's row, which inline mode never writes; run Django tasks at "
+                "once with Django's ImmediateBackend (override_settings(TASKS=...)), or enqueue "
+                "them and run cronbase.testing.drain(app)"
+            )
         registered = _registered[task.module_path].cronbase
         payload = to_payload(task, args, kwargs)
         deferral = registered.configure(
