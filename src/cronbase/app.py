@@ -15,6 +15,7 @@ from .audit import Audit
 from .client import JobOptions, Jobs
 from .db.database import DEFAULT_POOL_SIZE, Database
 from .db.queries import Queries
+from .durations import DurationLike, duration, optional_duration
 from .effects import Effects
 from .errors import ConfigurationError, PayloadError
 from .events import Events
@@ -154,9 +155,9 @@ class App:
         queue: str = "default",
         priority: int = 100,
         max_attempts: int = 20,
-        lease: timedelta = timedelta(minutes=1),
+        lease: DurationLike = timedelta(minutes=1),
         retry: Backoff | None = None,
-        timeout: timedelta | None = None,
+        timeout: DurationLike | None = None,
         global_concurrency: int | None = None,
         concurrency_key: str | None = None,
         key_concurrency: int | None = None,
@@ -164,7 +165,7 @@ class App:
         retry_on: tuple[type[BaseException], ...] | None = None,
         dont_retry_on: tuple[type[BaseException], ...] = (),
         max_snoozes: int = 100,
-        unique_for: timedelta | None = None,
+        unique_for: DurationLike | None = None,
         unique_key: str | None = None,
         isolation: Isolation = "thread",
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
@@ -177,9 +178,9 @@ class App:
         queue: str = "default",
         priority: int = 100,
         max_attempts: int = 20,
-        lease: timedelta = timedelta(minutes=1),
+        lease: DurationLike = timedelta(minutes=1),
         retry: Backoff | None = None,
-        timeout: timedelta | None = None,
+        timeout: DurationLike | None = None,
         global_concurrency: int | None = None,
         concurrency_key: str | None = None,
         key_concurrency: int | None = None,
@@ -187,7 +188,7 @@ class App:
         retry_on: tuple[type[BaseException], ...] | None = None,
         dont_retry_on: tuple[type[BaseException], ...] = (),
         max_snoozes: int = 100,
-        unique_for: timedelta | None = None,
+        unique_for: DurationLike | None = None,
         unique_key: str | None = None,
         isolation: Isolation = "thread",
     ) -> Any:
@@ -199,11 +200,13 @@ class App:
         any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
         ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
         ``unique_key``): one job per window. ``isolation="process"``: a sync handler runs in a
-        child process, killed at its ``timeout`` (a thread cannot be stopped).
+        child process, killed at its ``timeout`` (a thread cannot be stopped). Durations
+        (``lease``, ``timeout``, ``unique_for``) are timedeltas or seconds.
         """
+        lease = duration("lease", lease, signed=True)
+        timeout = optional_duration("timeout", timeout, positive=True)
+        unique_for = optional_duration("unique_for", unique_for, signed=True)
         JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease=lease).check()
-        if timeout is not None and timeout <= timedelta(0):
-            raise ConfigurationError(f"timeout must be positive, got {timeout!r}")
         check_steering(retry_on, dont_retry_on, max_snoozes)
         check_unique(unique_for, unique_key)
 
@@ -366,13 +369,13 @@ class App:
     async def stats_async(self) -> Overview:
         return await overview_async(self.db)
 
-    def task_stats(self, window: timedelta = timedelta(hours=1)) -> list[TaskStats]:
-        """Per task and queue over the last ``window``: attempts ended per minute, failure rate,
-        p50/p95 run time of the successes."""
-        return task_stats(self.db, window)
+    def task_stats(self, window: DurationLike = timedelta(hours=1)) -> list[TaskStats]:
+        """Per task and queue over the last ``window`` (a timedelta or seconds): attempts ended
+        per minute, failure rate, p50/p95 run time of the successes."""
+        return task_stats(self.db, duration("window", window, positive=True))
 
-    async def task_stats_async(self, window: timedelta = timedelta(hours=1)) -> list[TaskStats]:
-        return await task_stats_async(self.db, window)
+    async def task_stats_async(self, window: DurationLike = timedelta(hours=1)) -> list[TaskStats]:
+        return await task_stats_async(self.db, duration("window", window, positive=True))
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker (the live ones first): host, pid, queues, tasks, busy slots

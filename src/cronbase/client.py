@@ -494,12 +494,17 @@ class Jobs:
         return [Job.from_row(r) for r in rows]
 
     def attempts(self, job_id: int) -> AttemptList:
-        """Every recorded attempt of a job, oldest first."""
+        """Every recorded attempt of a job, oldest first; JobNotFoundError, as every look-up by
+        id, when there is no such job (a job not yet run has none: [])."""
         rows = self.db.fetch_all(self.db.queries.list_job_attempts, {"id": job_id})
+        if not rows:
+            self.get(job_id)  # no attempt, or no job: only the second is an error
         return [JobAttempt.from_row(r) for r in rows]
 
     async def attempts_async(self, job_id: int) -> AttemptList:
         rows = await self.db.fetch_all_async(self.db.queries.list_job_attempts, {"id": job_id})
+        if not rows:
+            await self.get_async(job_id)
         return [JobAttempt.from_row(r) for r in rows]
 
     def _admin_params(self, job_id: int) -> dict[str, Any]:

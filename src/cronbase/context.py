@@ -99,8 +99,8 @@ class JobContext:
                 self.check_live("the commit of transaction()")
                 if self.lease is not None:
                     conn.execute(db.queries.limit_idle_transaction, self._idle_limit())
-                rows = conn.execute(db.queries.finish_jobs, self._success()).fetchall()
-                self._check_finished(rows)
+                row = conn.execute(db.queries.complete_jobs, self._success()).fetchone()
+                self._check_finished(row)
         except (psycopg.OperationalError, DatabaseURLError) as exc:
             raise self._unavailable(exc, conn) from exc
         self.completed = True
@@ -118,8 +118,8 @@ class JobContext:
                 self.check_live("the commit of transaction_async()")
                 if self.lease is not None:
                     await conn.execute(db.queries.limit_idle_transaction, self._idle_limit())
-                cur = await conn.execute(db.queries.finish_jobs, self._success())
-                self._check_finished(await cur.fetchall())
+                cur = await conn.execute(db.queries.complete_jobs, self._success())
+                self._check_finished(await cur.fetchone())
         except (psycopg.OperationalError, DatabaseURLError) as exc:
             raise self._unavailable(exc, conn) from exc
         self.completed = True
@@ -153,18 +153,9 @@ class JobContext:
         return {"milliseconds": str(max(1, int(self.lease.total_seconds() * 1000)))}
 
     def _success(self) -> dict[str, Any]:
-        return {
-            "ids": [self.id],
-            "tokens": [self.lease_token],
-            "outcomes": ["succeeded"],
-            "retry_in": [0.0],
-            "errors": [None],
-            "error_types": [None],
-            "tracebacks": [None],
-            "results": [None],
-            "snooze_caps": [0],
-            "worker": self.worker_id,
-        }
+        """complete_jobs' parameters: this attempt's success, with no result (the handler's
+        own writes are its result)."""
+        return {"done_ids": [self.id], "done_tokens": [self.lease_token], "done_results": None}
 
     # -- durable handlers (durable.py) ------------------------------------------------------------
 
@@ -244,8 +235,8 @@ class JobContext:
             f"retried by an operator); {what} not started"
         )
 
-    def _check_finished(self, rows: list[Any]) -> None:
-        if not rows:  # the lease was lost: another attempt owns the job now; roll back
+    def _check_finished(self, row: tuple[Any, ...] | None) -> None:
+        if not (row and row[0]):  # the lease was lost: another attempt owns the job now; roll back
             raise LeaseLostError(
                 f"job {self.id} attempt {self.attempt}: lease lost before the transaction "
                 "committed; its writes are rolled back"

@@ -1,7 +1,14 @@
 """The converters a handler's arguments may need: JSON value -> datetime, Decimal, Enum, a list
-of them, a pydantic model... Each passes None and values already of its type as they are, and
-raises payload.py's ``_BadValue`` with the path to what does not convert (convert.py, which picks
-them, turns it into a PayloadError). A ``date`` takes a datetime only at midnight, as pydantic.
+of them, a pydantic model..., and the checks of JSON's own types (an ``int`` is an int, not
+``"12"``, ``True`` or ``1.0``). Each returns what the handler gets (the value itself for a check)
+or raises payload.py's ``_BadValue`` with the path to what does not fit (convert.py, which picks
+them, turns it into a PayloadError). Each passes None as it is, whatever the annotation: JSON's
+null is what a workflow's dead parent gives, and what an argument defaulting to None is sent as.
+A ``date`` takes a datetime only at midnight, as pydantic.
+
+They run on the payload as it is stored (JSON's own types): on the worker before the handler,
+and on the stored form of each value at defer time, so a value is refused at defer exactly when
+it would not convert at run time.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ import contextlib
 import enum
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -19,16 +26,93 @@ from uuid import UUID
 from .payload import _BadValue, short, to_plain
 
 Converter = Callable[[Any], Any]
+NONE = type(None)
 
 
-def first_of(plain: tuple[type, ...], rich: list[Converter], names: str) -> Converter:
-    """A union's: a value of one of its ``plain`` (JSON) types stays; else the first of its
-    ``rich`` converters that takes it."""
+# -- JSON's own types: checked, never converted --------------------------------------------------
+
+
+def _int(value: Any) -> Any:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _BadValue(f"is {short(value)}, not an int")
+
+
+def _float(value: Any) -> Any:
+    # An int is a float's value too (JSON writes 2.0 as 2 in some encoders); a bool is not.
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    raise _BadValue(f"is {short(value)}, not a number")
+
+
+def _str(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    raise _BadValue(f"is {short(value)}, not a string")
+
+
+def _bool(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    raise _BadValue(f"is {short(value)}, not a bool (true or false)")
+
+
+def _none(value: Any) -> Any:
+    if value is None:
+        return value
+    raise _BadValue(f"is {short(value)}, not None (null)")
+
+
+def _list(value: Any) -> Any:
+    if value is None or isinstance(value, list | tuple):
+        return value
+    raise _BadValue(f"is {short(value)}, not a list")
+
+
+def _dict(value: Any) -> Any:
+    if value is None or isinstance(value, dict):
+        return value
+    raise _BadValue(f"is {short(value)}, not an object")
+
+
+# The checks of JSON's own types, and the exact types each passes without a call (convert.py's
+# fast path: ``type(value) in passes``).
+CHECKS: dict[object, tuple[Converter, frozenset[type]]] = {
+    int: (_int, frozenset({int, NONE})),
+    float: (_float, frozenset({int, float, NONE})),
+    str: (_str, frozenset({str, NONE})),
+    bool: (_bool, frozenset({bool, NONE})),
+    NONE: (_none, frozenset({NONE})),
+    None: (_none, frozenset({NONE})),
+    list: (_list, frozenset({list, NONE})),
+    dict: (_dict, frozenset({dict, NONE})),
+}
+
+
+def literal(values: tuple[Any, ...]) -> Converter:
+    """``Literal["a", "b", 1]``: one of the values, of the same JSON type (``True`` is not 1)."""
+    allowed = frozenset((type(v), v) for v in values)
+    shown = ", ".join(short(v) for v in values)
 
     def convert(value: Any) -> Any:
-        if value is None or isinstance(value, plain):
+        if value is None:
             return value
-        for attempt in rich:
+        with contextlib.suppress(TypeError):  # an unhashable value is none of them
+            if (type(value), value) in allowed:
+                return value
+        raise _BadValue(f"is {short(value)}, not one of {shown}")
+
+    return convert
+
+
+def first_of(members: list[Converter], names: str) -> Converter:
+    """A union's: what the first member that takes the value makes of it (convert.py orders them:
+    JSON's own types first, so ``str | date`` keeps a string a string)."""
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return value
+        for attempt in members:
             try:
                 return attempt(value)
             except _BadValue:
@@ -38,18 +122,21 @@ def first_of(plain: tuple[type, ...], rich: list[Converter], names: str) -> Conv
     return convert
 
 
-def sequence(item: Converter) -> Converter:
-    """``list[X]`` and ``Sequence[X]``: a list of ``item``'s results."""
+def sequence(item: Converter, passes: Collection[type] = ()) -> Converter:
+    """``list[X]`` and ``Sequence[X]``: a list of ``item``'s results. Elements of an exact type in
+    ``passes`` are kept without a call; a list of nothing else is returned as it is."""
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
         if not isinstance(value, list | tuple):
             raise _BadValue(f"is {short(value)}, not a list")
+        if passes and all(type(element) in passes for element in value):
+            return value if isinstance(value, list) else list(value)
         out = []
         for index, element in enumerate(value):
             try:
-                out.append(item(element))
+                out.append(element if type(element) in passes else item(element))
             except _BadValue as exc:
                 raise exc.at(f"[{index}]") from None
         return out
@@ -90,18 +177,21 @@ def fixed_tuple(items: tuple[Converter | None, ...]) -> Converter:
     return convert
 
 
-def mapping(item: Converter) -> Converter:
-    """``dict[str, X]`` and ``Mapping[str, X]``: each value converted; keys stay strings."""
+def mapping(item: Converter, passes: Collection[type] = ()) -> Converter:
+    """``dict[str, X]`` and ``Mapping[str, X]``: each value converted (those of an exact type in
+    ``passes`` kept without a call); keys stay strings, as JSON writes them."""
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
         if not isinstance(value, dict):
             raise _BadValue(f"is {short(value)}, not an object")
+        if passes and all(type(element) in passes for element in value.values()):
+            return value
         out = {}
         for key, element in value.items():
             try:
-                out[key] = item(element)
+                out[key] = element if type(element) in passes else item(element)
             except _BadValue as exc:
                 raise exc.at(f"[{key!r}]") from None
         return out
@@ -294,4 +384,12 @@ SCALARS: dict[type, Converter] = {
     timedelta: _to_timedelta,
     UUID: _to_uuid,
     Decimal: _to_decimal,
+}
+# Python values of these exact types are stored as text their scalar's converter always reads
+# back (a round trip tests/unit/test_payload_types.py checks): a defer takes them as they are.
+KEPT: dict[type, frozenset[type]] = {
+    date: frozenset({date, NONE}),
+    UUID: frozenset({UUID, NONE}),
+    Decimal: frozenset({Decimal, NONE}),
+    timedelta: frozenset({timedelta, NONE}),
 }

@@ -129,12 +129,10 @@ class Snooze(Exception):  # a request, as Celery's Retry, not an error
     default) caps how often; past it the job goes dead."""
 
     def __init__(self, delay: timedelta | float = 0.0) -> None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if (
-            not isinstance(seconds, int | float)
-            or isinstance(seconds, bool)
-            or not 0 <= seconds <= MAX_SNOOZE_SECONDS
-        ):
+        from .durations import duration  # durations.py raises these errors: imported late
+
+        seconds = duration("Snooze delay", delay, signed=True).total_seconds()
+        if not 0 <= seconds <= MAX_SNOOZE_SECONDS:
             raise ConfigurationError(
                 f"Snooze delay must be a timedelta or seconds from 0 to 366 days, got {delay!r}"
             )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .durations import DurationLike, duration
 from .errors import ConfigurationError, PayloadError
 from .limits import check_key
 
@@ -23,6 +24,7 @@ _INT4_MAX = 2**31 - 1
 # Each rate-limited claim rewrites its scope's start log (8 bytes a start): cheap up to a few
 # thousand starts per window.
 MAX_RATE = 10_000
+_PAST_ANY_PERIOD = 367 * 86400  # seconds: longer than any period a rate may have
 _UNITS = {
     "s": 1, "sec": 1, "second": 1,
     "m": 60, "min": 60, "minute": 60,
@@ -32,12 +34,17 @@ _UNITS = {
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d+)?\s*([a-z]+?)s?\s*")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Rate:
-    """At most ``n`` starts in any window of ``period``."""
+    """At most ``n`` starts in any window of ``period`` (a timedelta, or seconds)."""
 
     n: int
     period: timedelta
+
+    def __init__(self, n: int, period: DurationLike) -> None:
+        # Frozen: set once, here; the range is parse_rate's to check, naming the option.
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "period", duration("Rate period", period, signed=True))
 
     def __str__(self) -> str:
         seconds = int(self.period.total_seconds())
@@ -61,11 +68,14 @@ def parse_rate(value: object, what: str = "rate_limit") -> Rate:
                 f"{what} {value!r} is not a rate: write N/unit, such as '100/minute', "
                 "'5/second', '1000/hour' or '10/30 seconds'"
             )
-        rate = Rate(int(match[1]), timedelta(seconds=unit * int(match[2] or 1)))
+        # Seconds, not a timedelta yet: a period past what one holds is refused below.
+        rate = Rate(int(match[1]), min(unit * int(match[2] or 1), _PAST_ANY_PERIOD))
     if not 1 <= rate.n <= MAX_RATE:
         raise ConfigurationError(f"{what} {value!r}: the count must be from 1 to {MAX_RATE}")
     if rate.period <= timedelta(0) or rate.period > timedelta(days=366):
-        raise ConfigurationError(f"{what} {value!r}: the period must be from 1 second to 366 days")
+        raise ConfigurationError(
+            f"{what} {value!r}: the period is out of range; it must be from 1 second to 366 days"
+        )
     return rate
 
 

@@ -76,6 +76,50 @@ def outcome_status(
 
 
 @dataclass(frozen=True)
+class OutcomeRule:
+    """Where one outcome of an attempt leads its job."""
+
+    status: JobStatus
+    # False: the attempt is given back (attempts - 1), as a snooze, a suspension, a release.
+    counts_attempt: bool
+    # The state instead once what the outcome spends is used up: the attempts (failed), the
+    # task's max_snoozes (snoozed; a snooze cap below 0 is never used up nor counted).
+    exhausted: JobStatus | None = None
+
+
+# Every outcome an attempt can have and the state it leads its job to: the rules the statements
+# that write outcomes apply (complete_jobs and finish_jobs in db/sql/jobs.sql, suspend_jobs in
+# workflows.sql, release_jobs). tests/integration/test_outcomes.py checks each rule against them;
+# inline testing mode applies them (testing/inline.py). A 'lost' attempt writes nothing.
+OUTCOMES: Mapping[str, OutcomeRule] = {
+    "succeeded": OutcomeRule(JobStatus.SUCCEEDED, counts_attempt=True),
+    "failed": OutcomeRule(JobStatus.FAILED, counts_attempt=True, exhausted=JobStatus.DEAD),
+    "dead": OutcomeRule(JobStatus.DEAD, counts_attempt=True),
+    "cancelled": OutcomeRule(JobStatus.CANCELLED, counts_attempt=True),
+    "snoozed": OutcomeRule(JobStatus.QUEUED, counts_attempt=False, exhausted=JobStatus.DEAD),
+    "suspended": OutcomeRule(JobStatus.QUEUED, counts_attempt=False),
+    "released": OutcomeRule(JobStatus.QUEUED, counts_attempt=False),
+}
+
+
+def next_state(
+    outcome: str, *, attempts: int, max_attempts: int, snoozes: int, snooze_cap: int = 0
+) -> tuple[JobStatus, int, int]:
+    """The job's (status, attempts, snoozes) after a running attempt (``attempts`` counted
+    already, as the claim counts it) came to ``outcome``."""
+    rule = OUTCOMES[outcome]
+    if outcome == "failed" and attempts >= max_attempts:
+        return JobStatus.DEAD, attempts, snoozes
+    if outcome == "snoozed":
+        if snooze_cap < 0:  # waiting for another attempt's effect: counts nothing
+            return rule.status, attempts - 1, snoozes
+        if snoozes >= snooze_cap:
+            return JobStatus.DEAD, attempts, snoozes
+        return rule.status, attempts - 1, snoozes + 1
+    return rule.status, attempts if rule.counts_attempt else attempts - 1, snoozes
+
+
+@dataclass(frozen=True)
 class Job:
     """A snapshot of one row of cronbase.jobs."""
 

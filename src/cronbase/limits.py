@@ -14,6 +14,8 @@ import re
 
 from .errors import InvalidNameError
 
+# The largest value of PostgreSQL's integer columns (concurrency, max_attempts, max_catch_up).
+INT4_MAX = 2**31 - 1
 MAX_NAME_LENGTH = 100
 MAX_KEY_LENGTH = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024

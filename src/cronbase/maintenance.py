@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from .durations import DurationLike, duration, optional_duration
 from .errors import CronbaseError
 from .job import JobStatus
 
@@ -28,17 +29,38 @@ PRUNE_BATCH = 1000
 PRUNABLE = (JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.DEAD)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Retention:
-    """How long finished jobs are kept; None keeps them forever."""
+    """How long finished jobs are kept; None keeps them forever. Durations are timedeltas or
+    seconds: ``Retention(succeeded=3600, dead=timedelta(days=90))``."""
 
-    succeeded: timedelta | None = timedelta(days=7)
-    cancelled: timedelta | None = timedelta(days=7)
-    dead: timedelta | None = timedelta(days=30)
+    succeeded: timedelta | None
+    cancelled: timedelta | None
+    dead: timedelta | None
     # Emitted events (app.events.emit): a handler that starts waiting for one after it was
     # pruned waits for a new emission.
-    events: timedelta | None = timedelta(days=30)
-    interval: timedelta = timedelta(minutes=5)  # how often a worker looks
+    events: timedelta | None
+    interval: timedelta  # how often a worker looks
+
+    def __init__(
+        self,
+        succeeded: DurationLike | None = timedelta(days=7),
+        cancelled: DurationLike | None = timedelta(days=7),
+        dead: DurationLike | None = timedelta(days=30),
+        events: DurationLike | None = timedelta(days=30),
+        interval: DurationLike = timedelta(minutes=5),
+    ) -> None:
+        # Frozen: set once, here, as timedeltas.
+        for name, value in (
+            ("succeeded", succeeded),
+            ("cancelled", cancelled),
+            ("dead", dead),
+            ("events", events),
+        ):
+            object.__setattr__(self, name, optional_duration(f"Retention {name}", value))
+        object.__setattr__(
+            self, "interval", duration("Retention interval", interval, positive=True)
+        )
 
     def rules(self) -> list[tuple[list[str], timedelta]]:
         kept = {

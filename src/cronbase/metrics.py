@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from . import stats
+from .errors import ConfigurationError
 from .job import JobStatus
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from .db.database import Database
+    from .worker.claim import ClaimedJob
+    from .worker.outcomes import Outcome
 
 logger = logging.getLogger("cronbase")
 
@@ -168,6 +173,35 @@ class WorkerMetrics:
             "cronbase_lease_renewals", "Leases this worker renewed", registry=self.registry
         )
         self.registry.register(DatabaseCollector(db))
+        # Children of the labelled counters, by label values: looked up once per batch.
+        self._claimed: dict[tuple[str, str], Counter] = {}
+        self._finished: dict[tuple[str, str, str], Counter] = {}
+
+    def count_claimed(self, jobs: Iterable[ClaimedJob]) -> None:
+        """A batch of claimed jobs: counted once per task and queue."""
+        counts: dict[tuple[str, str], int] = {}
+        for job in jobs:
+            key = (job.task, job.queue)
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in counts.items():
+            counter = self._claimed.get(key)
+            if counter is None:
+                counter = self._claimed[key] = self.claimed.labels(*key)
+            counter.inc(n)
+
+    def count_finished(self, written: Iterable[tuple[Outcome, str]]) -> None:
+        """A batch of written outcomes: counted once per task, queue and status; durations."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for outcome, status in written:
+            job = outcome.job
+            key = (job.task, job.queue, status)
+            counts[key] = counts.get(key, 0) + 1
+            self.duration.labels(job.task, job.queue).observe(outcome.duration)
+        for key, n in counts.items():
+            counter = self._finished.get(key)
+            if counter is None:
+                counter = self._finished[key] = self.finished.labels(*key)
+            counter.inc(n)
 
 
 def database_registry(db: Database) -> CollectorRegistry:
@@ -175,3 +209,27 @@ def database_registry(db: Database) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(DatabaseCollector(db))
     return registry
+
+
+def serve(port: int | None, host: str, registry: CollectorRegistry) -> WSGIServer | None:
+    """Serve ``registry`` on http://host:port/metrics (None: no port, nothing served).
+    A port that is taken, or an address this host does not have, is a ConfigurationError
+    naming it: a worker starts this first, so it fails before it connects or registers."""
+    if port is None:
+        return None
+    try:
+        server = start_http_server(port, host, registry=registry)[0]
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; pick another "
+            "metrics port (--metrics-port / metrics_port), or stop what listens there"
+        ) from None
+    logger.info("metrics on http://%s:%d/metrics", host, port)
+    return server
+
+
+def stop(server: WSGIServer | None) -> None:
+    """Stop what :func:`serve` started (nothing for None)."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()

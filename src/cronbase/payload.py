@@ -164,6 +164,17 @@ def to_plain(value: object, parents: tuple[int, ...] = ()) -> object:
     return _scalar(value, parents)
 
 
+def stored_form(task: str, name: str, value: object) -> object:
+    """Argument ``name``'s value as :func:`encode_payload` will store it (JSON's own types), for a
+    defer to check what the worker will get; PayloadError as encode_payload would raise it."""
+    try:
+        return to_plain(value)
+    except _BadValue as exc:
+        raise _unstorable(task, exc.at(f"[{name!r}]")) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _unstorable(task, exc) from None
+
+
 def _step(value: object, parents: tuple[int, ...], where: str) -> object:
     try:
         return to_plain(value, parents)

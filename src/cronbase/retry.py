@@ -7,13 +7,16 @@ import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from .durations import DurationLike, duration
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Backoff:
     """Exponential backoff with a cap and proportional jitter.
 
     The n-th retry waits ``min(cap, base * factor**(n-1))``, then moves by up to ``jitter`` of
-    that either way, so a burst of failures does not come back in lockstep.
+    that either way, so a burst of failures does not come back in lockstep. ``base`` and
+    ``cap`` are timedeltas or seconds.
 
     >>> Backoff(base=timedelta(seconds=10), jitter=0).delay(3)
     datetime.timedelta(seconds=40)
@@ -24,6 +27,22 @@ class Backoff:
     factor: float = 2.0
     jitter: float = 0.2
     _random: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __init__(
+        self,
+        base: DurationLike = timedelta(seconds=5),
+        cap: DurationLike = timedelta(hours=1),
+        factor: float = 2.0,
+        jitter: float = 0.2,
+        _random: random.Random | None = None,
+    ) -> None:
+        # Frozen: set once, here; base and cap as timedeltas (they may be given in seconds).
+        object.__setattr__(self, "base", duration("Backoff base", base, signed=True))
+        object.__setattr__(self, "cap", duration("Backoff cap", cap, signed=True))
+        object.__setattr__(self, "factor", factor)
+        object.__setattr__(self, "jitter", jitter)
+        object.__setattr__(self, "_random", _random if _random is not None else random.Random())
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.base <= timedelta(0):

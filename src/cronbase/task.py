@@ -9,13 +9,21 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .client import JobOptions, defer_many_async, defer_many_sync, defer_one_async, defer_one_sync
-from .convert import Unresolved, argument_converters, convert_arguments
-from .converters import Converter
+from .convert import (
+    Conversions,
+    Unresolved,
+    argument_converters,
+    check_arguments,
+    convert_arguments,
+)
+from .converters import SCALARS
+from .durations import DurationLike, optional_duration
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .flow import TaskFlow, check_template
 from .graph import check_after
 from .hooks import Hooks
 from .job import Payload
+from .payload import _BadValue, stored_form
 from .retry import Backoff
 from .workflow import Signature
 
@@ -28,8 +36,9 @@ R = TypeVar("R")
 
 # The payload key a scheduled job's slot time travels under (see cronbase.schedule).
 SCHEDULED_AT = "scheduled_at"
-# Task._converters before the handler's annotations could be resolved (compared by identity).
-_UNRESOLVED: dict[str, Converter] = {}
+# Task._conversions before the handler's annotations could be resolved (compared by identity).
+_UNRESOLVED = Conversions(())
+_to_datetime = SCALARS[datetime]
 
 
 def _exception_types(what: str, value: object) -> None:
@@ -46,9 +55,7 @@ def check_unique(unique_for: object, unique_key: object) -> None:
     if unique_for is not None and (
         not isinstance(unique_for, timedelta) or unique_for < timedelta(seconds=1)
     ):
-        raise ConfigurationError(
-            f"unique_for must be a timedelta of at least one second, got {unique_for!r}"
-        )
+        raise ConfigurationError(f"unique_for must be at least one second, got {unique_for!r}")
     if unique_key is not None:
         if unique_for is None:
             raise ConfigurationError(f"unique_key={unique_key!r} needs unique_for (the window)")
@@ -160,14 +167,15 @@ class Task(Generic[P, R]):
         self._fast = not any(p.kind is p.POSITIONAL_ONLY for p in params)
         self._takes_scheduled_at = SCHEDULED_AT in self.signature.parameters or self._var_keyword
         self._options: tuple[TaskDefaults, JobOptions] | None = None
-        # A converter per argument annotated with more than JSON holds (datetime, a dataclass);
-        # None: nothing to convert, and arguments() skips the step. An annotation naming what is
-        # defined later in the module is resolved on the first job instead (_UNRESOLVED).
-        self._converters: dict[str, Converter] | None
+        # The check or conversion of each annotated argument (convert.py), built once; None:
+        # every argument takes any JSON value, and defers and jobs skip the step. An annotation
+        # naming what is defined later in the module is resolved on the first defer or job
+        # instead (_UNRESOLVED). scheduled_at has its own rule (_slot).
+        self._conversions: Conversions | None
         try:
-            self._converters = argument_converters(func, lenient=False)
+            self._conversions = argument_converters(func, lenient=False, skip=(SCHEDULED_AT,))
         except Unresolved:
-            self._converters = _UNRESOLVED
+            self._conversions = _UNRESOLVED
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -192,11 +200,43 @@ class Task(Generic[P, R]):
         return self._fast and self._required <= keys and (self._var_keyword or keys <= self._names)
 
     def check_payload(self, payload: Payload) -> None:
-        """Refuse a payload whose keys do not fit the handler's arguments."""
-        # The common case without the copy arguments() makes; scheduled_at takes the full path.
+        """Refuse, before anything is written, a payload that does not fit the handler: keys
+        that do not bind, or a value its annotation refuses (PayloadError naming the path).
+        Values are checked as they will be stored, with the converters the worker runs, so what
+        passes here converts there."""
         if type(payload) is dict and SCHEDULED_AT not in payload and self._fits(payload.keys()):
+            if self._conversions is None:
+                return  # the common case without annotations to check: no copy, no call
+        else:
+            self._check_keys(payload)
+        self._check_values(payload, None)
+
+    def check_received(self, payload: Payload, received: str) -> None:
+        """:meth:`check_payload` for a workflow's job whose ``received`` key its parents' results
+        fill in when they have run: the keys with it in place, the values but its."""
+        self._check_keys(payload)
+        self._check_values(payload, received)
+
+    def _check_values(self, payload: Payload, skip: str | None) -> None:
+        conversions = self._conversions
+        if conversions is None:
             return
-        self.arguments(payload)
+        if conversions is _UNRESOLVED:
+            conversions = self._resolve()
+        check_arguments(self.name, conversions, payload, skip)
+
+    def _check_keys(self, payload: Payload) -> None:
+        if not isinstance(payload, dict):
+            raise PayloadError(
+                f"payload for task {self.name!r} must be a JSON object, got {payload!r}"
+            )
+        kwargs: dict[str, Any] = dict(payload)
+        slot = kwargs.pop(SCHEDULED_AT, None)
+        if slot is not None and self._takes_scheduled_at:
+            stored = slot if isinstance(slot, str) else stored_form(self.name, SCHEDULED_AT, slot)
+            kwargs[SCHEDULED_AT] = self._slot(stored)
+        if not self._fits(kwargs.keys()):
+            self._bind(kwargs)
 
     def arguments(self, payload: Payload) -> dict[str, Any]:
         """The handler's keyword arguments for a payload, as the types its annotations ask for
@@ -211,34 +251,42 @@ class Task(Generic[P, R]):
             )
         kwargs: dict[str, Any] = dict(payload)
         slot = kwargs.pop(SCHEDULED_AT, None)
-        if slot is not None and self._accepts(SCHEDULED_AT):
-            try:
-                kwargs[SCHEDULED_AT] = (
-                    datetime.fromisoformat(slot) if isinstance(slot, str) else slot
-                )
-            except ValueError:
-                raise PayloadError(
-                    f"task {self.name!r}: {SCHEDULED_AT} {slot!r} is not an ISO 8601 time"
-                ) from None
+        if slot is not None and self._takes_scheduled_at:
+            kwargs[SCHEDULED_AT] = self._slot(slot)
         if not self._fits(kwargs.keys()):
-            try:
-                self.signature.bind(**kwargs)
-            except TypeError as exc:
-                takes = ", ".join(self.signature.parameters) or "no arguments"
-                raise PayloadError(
-                    f"payload does not fit task {self.name!r} ({takes}): {exc}"
-                ) from None
-        converters = self._converters
-        if converters is None:
+            self._bind(kwargs)
+        conversions = self._conversions
+        if conversions is None:
             return kwargs
-        if converters is _UNRESOLVED:
-            # Still unresolved names now are for good (TYPE_CHECKING imports): logged, and those
-            # arguments passed as JSON.
-            converters = self._converters = argument_converters(self.func, lenient=True)
-            if converters is None:
-                return kwargs
-        convert_arguments(self.name, converters, kwargs)
+        if conversions is _UNRESOLVED:
+            conversions = self._resolve()
+        convert_arguments(self.name, conversions, kwargs)
         return kwargs
+
+    def _bind(self, kwargs: dict[str, Any]) -> None:
+        """PayloadError when keyword arguments with these names do not bind (bind's words)."""
+        try:
+            self.signature.bind(**kwargs)
+        except TypeError as exc:
+            takes = ", ".join(self.signature.parameters) or "no arguments"
+            raise PayloadError(
+                f"payload does not fit task {self.name!r} ({takes}): {exc}"
+            ) from None
+
+    def _slot(self, slot: object) -> datetime:
+        """A scheduled job's ``scheduled_at``, whatever the handler annotates: an aware datetime."""
+        try:
+            return _to_datetime(slot)  # type: ignore[no-any-return]
+        except _BadValue as exc:
+            raise PayloadError(f"task {self.name!r}: {SCHEDULED_AT} {exc.why}") from None
+
+    def _resolve(self) -> Conversions:
+        """The first defer or job of a task whose annotations could not be resolved at
+        registration: names still unresolved now are for good (TYPE_CHECKING imports), logged
+        once, and those arguments pass as JSON."""
+        conversions = argument_converters(self.func, lenient=True, skip=(SCHEDULED_AT,))
+        self._conversions = conversions
+        return conversions if conversions is not None else Conversions(())
 
     def _accepts(self, name: str) -> bool:
         if name == SCHEDULED_AT:
@@ -268,11 +316,11 @@ class Task(Generic[P, R]):
         self,
         *,
         run_at: datetime | None = None,
-        delay: timedelta | None = None,
+        delay: DurationLike | None = None,
         priority: int | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
-        lease: timedelta | None = None,
+        lease: DurationLike | None = None,
         idempotency_key: str | None = None,
         dedupe_key: str | None = None,
         on_duplicate: Literal["ignore", "replace"] = "ignore",
@@ -282,7 +330,8 @@ class Task(Generic[P, R]):
         connection: CallerConnection | None = None,
     ) -> Deferral:
         """Options for one defer: ``task.configure(delay=timedelta(minutes=5)).defer(x=1)``.
-        ``concurrency_key`` replaces the key the task's template would render. ``after``: the
+        ``delay`` and ``lease``: timedeltas or seconds. ``concurrency_key`` replaces the key the
+        task's template would render. ``after``: the
         job waits ('pending') until these jobs succeeded; when one of them goes dead or is
         cancelled, the job is cancelled too, or runs anyway with ``on_parent_failure="run"``."""
         flow = self.defaults.flow
@@ -294,11 +343,11 @@ class Task(Generic[P, R]):
         changes: dict[str, Any] = {
             "concurrency_key": concurrency_key,
             "run_at": run_at,
-            "delay": delay,
+            "delay": optional_duration("delay", delay, signed=True),
             "priority": priority,
             "queue": queue,
             "max_attempts": max_attempts,
-            "lease": lease,
+            "lease": optional_duration("lease", lease, signed=True),
             "idempotency_key": idempotency_key,
             "dedupe_key": dedupe_key,
         }

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 from .db import pool
-from .errors import ConfigurationError, JobNotFoundError
+from .durations import duration
+from .errors import JobNotFoundError
 from .job import Job
 
 if TYPE_CHECKING:
@@ -32,12 +33,7 @@ POLL_MAX = 1.0
 def _seconds(timeout: float | timedelta | None) -> float | None:
     if timeout is None:
         return None
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
-        raise ConfigurationError(
-            f"timeout must be seconds or a timedelta of 0 or more, got {timeout!r}"
-        )
-    return float(seconds)
+    return duration("timeout", timeout).total_seconds()
 
 
 def _job(job_id: int, row: Row | None) -> Job:

@@ -21,9 +21,10 @@ import copy
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from .durations import DurationLike, optional_duration
 from .errors import WorkflowError
 from .graph import ON_PARENT_FAILURE, Graph, Node
 
@@ -69,8 +70,12 @@ class Signature:
                     f"task {self.task.name!r}: {name!r} is given in the payload and would be "
                     "replaced by the previous result; leave it out, or receive(None)"
                 )
-        payload = self.payload if name is None else {**self.payload, name: None}
-        self.task.check_payload(payload)  # with the received value in place
+        if name is None:
+            self.task.check_payload(self.payload)
+        else:
+            # The keys with the received value in place; its value is the parents' result,
+            # known only when they ran (the worker checks it then).
+            self.task.check_received({**self.payload, name: None}, name)
         return replace(self, receives=name)
 
     def set(
@@ -79,18 +84,19 @@ class Signature:
         queue: str | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        lease: timedelta | None = None,
-        delay: timedelta | None = None,
+        lease: DurationLike | None = None,
+        delay: DurationLike | None = None,
         run_at: datetime | None = None,
         on_parent_failure: Literal["cancel", "run"] | None = None,
     ) -> Signature:
-        """These options for this job of the workflow (the task's defaults otherwise)."""
+        """These options for this job of the workflow (the task's defaults otherwise); ``lease``
+        and ``delay``: timedeltas or seconds."""
         changes: dict[str, Any] = {
             "queue": queue,
             "priority": priority,
             "max_attempts": max_attempts,
-            "lease": lease,
-            "delay": delay,
+            "lease": optional_duration("lease", lease, signed=True),
+            "delay": optional_duration("delay", delay, signed=True),
             "run_at": run_at,
             "on_parent_failure": on_parent_failure,
         }

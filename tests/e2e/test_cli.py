@@ -239,6 +239,17 @@ BAD_INPUT = [
         id="payload-does-not-fit",
     ),
     pytest.param(
+        ["--app", APP, "enqueue", "record", "--payload", '{"n": "7"}'],
+        "payload for task 'record' does not convert to argument 'n': payload['n'] is '7', "
+        "not an int",
+        id="payload-value-of-another-type",
+    ),
+    pytest.param(
+        ["--app", APP, "enqueue", "record", "--payload", '{"n": 7.0}'],
+        "payload['n'] is 7.0, not an int",
+        id="payload-float-for-an-int",
+    ),
+    pytest.param(
         ["--app", APP, "enqueue", "recrod", "--payload", '{"n": 1}'],
         "unknown task 'recrod'; registered: explode, record, stubborn",
         id="unknown-task",
@@ -250,7 +261,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         ["--app", APP, "enqueue", "record", "--payload", '{"n": 1}', "--priority", "99999"],
-        "priority must be within -32768..32767, got 99999",
+        "Invalid value for '--priority': 99999 is not in the range -32768<=x<=32767",
         id="priority-out-of-range",
     ),
     pytest.param(
@@ -319,7 +330,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         ["--app", APP, "worker", "--concurrency", "0"],
-        "Invalid value for '--concurrency': 0 is not in the range x>=1",
+        "Invalid value for '--concurrency': 0 is not in the range 1<=x<=2147483647",
         id="zero-concurrency",
     ),
 ]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import signal
 import subprocess
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,11 @@ def add(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
         ),
         (["nope", "--cron", "@hourly"], "unknown task 'nope'"),
         (["record", "--cron", "@hourly", "--payload", '{"m": 1}'], "payload does not fit"),
+        (
+            ["record", "--cron", "@hourly", "--payload", '{"n": true}'],
+            "payload for task 'record' does not convert to argument 'n': payload['n'] is True, "
+            "not an int",
+        ),
     ],
 )
 def test_add_refuses_bad_input_with_exit_2_and_writes_nothing(
@@ -127,20 +131,33 @@ def test_concurrent_ticks_from_crontab_make_one_job_per_slot_and_run_it(
     database_url: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     record = tmp_path / "record.txt"
-    ok(add(database_url, "record", "--cron", "* * * * *", "--payload", '{"n": 1}', "--key", "m"))
-    ok(add(database_url, "record", "--cron", "@hourly", "--payload", '{"n": 2}', "--key", "h"))
+    # Schedules whose slots are only the missed ones (and, for "all", this hour's): no slot can
+    # begin while the ticks run, whenever the test runs, so each count is exact. (With
+    # "* * * * *" a minute that began while six ticks started was a new slot: 2 jobs, not 1.)
+    row = db.execute(
+        "SELECT date_trunc('minute', now() AT TIME ZONE 'UTC'), "
+        "date_trunc('hour', now() AT TIME ZONE 'UTC')"
+    ).fetchone()
+    assert row is not None
+    minute, hour = (t.replace(tzinfo=UTC) for t in row)
+    missed_minutes = [minute - timedelta(minutes=n) for n in range(5, 0, -1)]  # down 5 minutes
+    missed_hours = [hour - timedelta(hours=n) for n in range(3, 0, -1)]  # down 3 hours
+    minutely = f"{','.join(str(t.minute) for t in missed_minutes)} * * * *"
+    hourly = f"0 {','.join(str(t.hour) for t in missed_hours)} * * *"
+    with_this_hour = f"0 {','.join(str(t.hour) for t in [*missed_hours, hour])} * * *"
+    ok(add(database_url, "record", "--cron", minutely, "--payload", '{"n": 1}', "--key", "m"))
+    ok(add(database_url, "record", "--cron", hourly, "--payload", '{"n": 2}', "--key", "h"))
     ok(
         add(
             database_url,
-            *("record", "--cron", "@hourly", "--payload", '{"n": 3}', "--key", "all"),
+            *("record", "--cron", with_this_hour, "--payload", '{"n": 3}', "--key", "all"),
             *("--catch-up", "all"),
         )
     )
-    # As if every host had been down: the minutely one for 5 minutes, the hourly ones 3 hours.
+    # As if every host had been down since the first missed slot.
     db.execute(
-        "UPDATE cronbase.schedules SET next_fire_at = CASE key "
-        "WHEN 'm' THEN date_trunc('minute', now()) - interval '5 minutes' "
-        "ELSE date_trunc('hour', now()) - interval '3 hours' END"
+        "UPDATE cronbase.schedules SET next_fire_at = CASE key WHEN 'm' THEN %s ELSE %s END",
+        [missed_minutes[0], missed_hours[0]],
     )
     # Six hosts' crontabs fire at the same moment.
     ticks = [
@@ -156,19 +173,17 @@ def test_concurrent_ticks_from_crontab_make_one_job_per_slot_and_run_it(
     ]
     results = [(t.communicate(timeout=60), t.returncode) for t in ticks]
     assert all(code == 0 for _, code in results), results
-    assert len(slot_jobs(db, "m")) == 1  # latest: the newest missed minute only
-    assert len(slot_jobs(db, "h")) == 1
-    # Three missed hours and this hour's slot; five if an hour began while the test ran.
-    every_hour = [key for key, _ in slot_jobs(db, "all")]
-    assert len(every_hour) in (4, 5), every_hour
-    hours = [datetime.fromisoformat(key.split("@")[1]) for key in every_hour]
-    assert all(b - a == timedelta(hours=1) for a, b in itertools.pairwise(hours))
+
+    def slots(key: str) -> list[datetime]:
+        return [datetime.fromisoformat(job.split("@")[1]) for job, _ in slot_jobs(db, key)]
+
+    assert slots("m") == [missed_minutes[-1]]  # latest: the newest missed minute only
+    assert slots("h") == [missed_hours[-1]]
+    assert slots("all") == [*missed_hours, hour]  # all: every missed hour, and this one's
     assert not record.exists()  # --no-run left them to workers
 
-    # Paused, so a minute turning now cannot add a slot: this tick only runs what is due.
-    db.execute("UPDATE cronbase.schedules SET is_paused = true")
     ok(cronbase(database_url, "--app", APP, "tick", CLI_TEST_RECORD=str(record)))
-    assert sorted(record.read_text().split()) == ["1", "2"] + ["3"] * len(every_hour)
+    assert sorted(record.read_text().split()) == ["1", "2", "3", "3", "3", "3"]
     statuses = {status for key in ("m", "h", "all") for _, status in slot_jobs(db, key)}
     assert statuses == {"succeeded"}
 

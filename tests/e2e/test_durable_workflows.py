@@ -198,7 +198,13 @@ def test_dependents_of_a_dead_parent_end_as_they_asked(
     durable: cronbase.App, workers: WorkerProcesses, db: psycopg.Connection[Any]
 ) -> None:
     t = durable.tasks
-    parent = t["square"].configure(max_attempts=1).defer(n="not a number")  # type: ignore[arg-type]
+    # A parent that goes dead at once: a row other SQL wrote, whose payload no defer accepts.
+    row = db.execute(
+        "INSERT INTO cronbase.jobs (task, payload, max_attempts) "
+        """VALUES ('square', '{"n": "not a number"}', 1) RETURNING id"""
+    ).fetchone()
+    assert row is not None
+    parent = int(row[0])
     cancelled = t["square"].configure(after=[parent]).defer(n=2)
     runs_anyway = t["square"].configure(after=[parent], on_parent_failure="run").defer(n=3)
     workers.start("d", *FAST)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -90,17 +92,39 @@ def test_get_and_list(app: cronbase.App, tasks: dict[str, Any]) -> None:
     ]
 
 
-def test_unknown_ids_and_bad_filters_are_refused_by_name(app: cronbase.App) -> None:
-    for call in (app.jobs.get, app.jobs.retry, app.jobs.cancel):
-        with pytest.raises(cronbase.JobNotFoundError, match="no job with id 424242"):
-            call(424242)
+def test_unknown_ids_and_bad_filters_are_refused_by_name(
+    app: cronbase.App, tasks: dict[str, Any]
+) -> None:
+    # One rule for every look-up by id: no such job is JobNotFoundError, never an empty answer.
+    lookups: list[Callable[[int], object]] = [
+        app.jobs.get,
+        app.jobs.attempts,
+        app.jobs.retry,
+        app.jobs.cancel,
+        app.jobs.graph,
+        lambda job_id: app.jobs.wait(job_id, timeout=0),
+    ]
+    for call in lookups:
+        for missing in (424242, 99999999, 2**70):
+            with pytest.raises(cronbase.JobNotFoundError, match=f"no job with id {missing}"):
+                call(missing)
+
+    async def twins() -> None:
+        try:
+            for twin in (app.jobs.get_async, app.jobs.attempts_async, app.jobs.graph_async):
+                with pytest.raises(cronbase.JobNotFoundError, match="no job with id 99999999"):
+                    await twin(99999999)
+        finally:
+            await app.aclose()
+
+    asyncio.run(twins())
+    assert app.jobs.attempts(tasks["ok"].defer(n=1)) == []  # a job not yet run has none
     with pytest.raises(
         cronbase.CronbaseError, match="unknown status 'bogus'; one of: pending, queued"
     ):
         app.jobs.list(status="bogus")
     with pytest.raises(cronbase.CronbaseError, match="limit must be at least 1, got 0"):
         app.jobs.list(limit=0)
-    assert app.jobs.attempts(424242) == []
 
 
 @pytest.mark.anyio

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import re
+import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -124,6 +127,39 @@ def test_payload_keys_that_do_not_fit_the_handler_are_refused(
     assert named in message
     assert named in refused(cronbase.PayloadError, send.defer, **payload)
     assert named in refused(cronbase.PayloadError, send.defer_many, [{"invoice_id": 1}, payload])
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        ({"n": "abc"}, "argument 'n': payload['n'] is 'abc', not an int"),
+        ({"d": "not a date"}, "argument 'd': payload['d'] is 'not a date', not an ISO 8601 date"),
+        ({"u": 5}, "argument 'u': payload['u'] is 5, not a UUID"),
+    ],
+)
+def test_a_value_its_annotation_refuses_is_refused_by_every_way_in(
+    app: cronbase.App,
+    refused: Callable[..., str],
+    db: psycopg.Connection[Any],
+    payload: dict[str, Any],
+    named: str,
+) -> None:
+    @app.task
+    def typed(n: int, d: date, u: uuid.UUID) -> None: ...
+
+    good: dict[str, Any] = {"n": 1, "d": date(2026, 3, 1), "u": uuid.UUID(int=5)}
+    bad = {**good, **payload}
+    said = f"payload for task 'typed' does not convert to {named}"
+    assert refused(cronbase.PayloadError, typed.defer, **bad) == said
+    assert refused(cronbase.PayloadError, typed.defer_many, [good, bad, good]) == said
+    assert refused(cronbase.PayloadError, typed.configure(priority=1).defer, **bad) == said
+    assert refused(cronbase.PayloadError, app.defer, "typed", bad) == said
+    assert refused(cronbase.PayloadError, asyncio.run, typed.defer_async(**bad)) == said
+    assert refused(cronbase.PayloadError, typed.s, **bad) == said  # a workflow's signature
+    assert refused(cronbase.PayloadError, app.schedules.add, "typed", cron="* * * * *", payload=bad)
+    with pytest.raises(cronbase.PayloadError, match=re.escape(said)):
+        app.periodic("0 * * * *", payload=bad)(typed)
+    assert db.execute("SELECT count(*) FROM cronbase.schedules").fetchone() == (0,)
 
 
 def test_an_unknown_task_name_is_refused_naming_the_registered_ones(

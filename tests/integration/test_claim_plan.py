@@ -170,6 +170,6 @@ def test_finish_probes_the_primary_key_per_outcome(
     # busy worker fills it with dead entries between vacuums (bench/README.md).
     q = lived_in.queries
     args = "'{1,2}'::bigint[], '{}'::uuid[], '{}'::text[], '{}'::float8[], '{}'::text[], "
-    args += "'{}'::text[], '{}'::text[], '{}'::text[], '{}'::integer[], 'plan-test'"
+    args += "'{}'::text[], '{}'::text[], '{}'::integer[], 'plan-test'"
     scans = scans_of_jobs(generic_plan(db, q.finish_jobs, args))
     assert scans == [("Index Scan", "jobs_pkey")], scans

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 import cronbase
 from cronbase.worker.claim import ClaimedJob
 from cronbase.worker.completer import finish_params
-from cronbase.worker.executor import Outcome
+from cronbase.worker.outcomes import Outcome
 from tests.conftest import claim_rows, wait_for
 from tests.e2e.harness import eventually, running_worker, wait_event
 
@@ -42,6 +42,8 @@ def reap(app: cronbase.App, db: psycopg.Connection[Any]) -> list[tuple[int, str]
 def finish(
     app: cronbase.App, db: psycopg.Connection[Any], job: ClaimedJob, outcome: str, worker: str
 ) -> list[tuple[Any, ...]]:
+    if outcome == "succeeded":  # successes are written by complete_jobs (claim_jobs carries it)
+        return [(i,) for i in succeed(app, db, job, worker)]
     result = Outcome(job=job, outcome=outcome, retry_in=0.0, error="x", error_type="X")
     return db.execute(app.queries.finish_jobs, finish_params([result], worker)).fetchall()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import urllib.request
@@ -258,6 +259,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_a_worker_with_a_busy_metrics_port_fails_before_it_registers_or_starts(
+    app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = app.worker(install_signal_handlers=False, metrics_port=port, burst=True)
+        with (
+            caplog.at_level(logging.INFO, logger="cronbase"),
+            pytest.raises(cronbase.ConfigurationError) as refused,
+        ):
+            asyncio.run(worker.run())
+    assert str(refused.value) == (
+        f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; pick another metrics "
+        "port (--metrics-port / metrics_port), or stop what listens there"
+    )
+    assert not worker.started.is_set()
+    assert not [r for r in caplog.records if "started" in r.getMessage()]
+    assert db.execute("SELECT count(*) FROM cronbase.workers").fetchone() == (0,)
+    with pytest.raises(cronbase.ConfigurationError, match="metrics_port must be a port from 1"):
+        app.worker(metrics_port="9100")
 
 
 def test_worker_metrics_show_a_known_workload(app: cronbase.App) -> None:

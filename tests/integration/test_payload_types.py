@@ -168,7 +168,7 @@ def test_a_payload_that_cannot_be_stored_writes_no_job(
     assert db.execute(f"SELECT count(*) FROM {SCHEMA}.jobs").fetchone() == (0,)
 
 
-def test_a_date_argument_takes_a_midnight_datetime_and_a_later_one_kills_the_job(
+def test_a_date_argument_takes_a_midnight_datetime_and_refuses_a_later_one(
     app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
     got: list[date] = []
@@ -179,19 +179,44 @@ def test_a_date_argument_takes_a_midnight_datetime_and_a_later_one_kills_the_job
 
     # mypy lets a datetime through where a date is asked for: a datetime is a date.
     midnight = close_books.defer(day=datetime(2026, 3, 1, tzinfo=TOKYO))
-    morning = close_books.defer(day=datetime(2026, 3, 2, 9, tzinfo=UTC))
+    said = (
+        "payload for task 'close_books' does not convert to argument 'day': "
+        "payload['day'] is '2026-03-02T09:00:00+00:00', a datetime with a time of day, not a "
+        "date; pass a date (.date()), or a datetime at midnight"
+    )
+    with pytest.raises(cronbase.PayloadError) as refused:
+        close_books.defer(day=datetime(2026, 3, 2, 9, tzinfo=UTC))
+    assert str(refused.value) == said  # at defer, as the worker would say it
+    assert [job.id for job in app.jobs.list()] == [midnight]  # nothing written
+    # The same row written by other SQL dies on the worker with the same words.
+    morning = insert_by_sql(db, "close_books", """'{"day": "2026-03-02T09:00:00+00:00"}'""")
     app.run_worker(burst=True, install_signal_handlers=False)
 
     assert got == [date(2026, 3, 1)]
     assert type(got[0]) is date
     assert job_state(db, midnight)[:2] == ("succeeded", 1)
-    assert job_state(db, morning) == (
-        "dead",
-        1,
-        "PayloadError: payload for task 'close_books' does not convert to argument 'day': "
-        "payload['day'] is '2026-03-02T09:00:00+00:00', a datetime with a time of day, not a "
-        "date; pass a date (.date()), or a datetime at midnight",
-    )
+    assert job_state(db, morning) == ("dead", 1, f"PayloadError: {said}")
+
+
+def test_a_stored_value_of_another_json_type_kills_its_job_instead_of_reaching_the_handler(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    got: list[Any] = []
+
+    @app.task
+    def charge(cents: int, note: str = "") -> None:
+        got.append(cents)
+
+    good = insert_by_sql(db, "charge", """'{"cents": 250}'""")
+    text = insert_by_sql(db, "charge", """'{"cents": "abc"}'""")  # other SQL, an old release
+    flag = insert_by_sql(db, "charge", """'{"cents": true}'""")
+    app.run_worker(burst=True, install_signal_handlers=False)
+
+    assert got == [250]
+    assert job_state(db, good)[0] == "succeeded"
+    prefix = "PayloadError: payload for task 'charge' does not convert to argument 'cents': "
+    assert job_state(db, text) == ("dead", 1, prefix + "payload['cents'] is 'abc', not an int")
+    assert job_state(db, flag) == ("dead", 1, prefix + "payload['cents'] is True, not an int")
 
 
 # -- App(json_dumps=..., json_loads=...) -----------------------------------------------------------

@@ -70,7 +70,7 @@ def test_worker_queues_from_the_command_line() -> None:
     ("value", "message"),
     [
         ("emails=many", "'emails=many': write a queue and its concurrency as Q=N"),
-        ("emails=0", "queue 'emails': concurrency must be a whole number of at least 1, got 0"),
+        ("emails=0", "'emails=0': a queue's concurrency is from 1 to 2,147,483,647"),
         ("bad name=2", "invalid queue name 'bad name'"),
     ],
 )

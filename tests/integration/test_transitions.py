@@ -13,7 +13,7 @@ import pytest
 
 import cronbase
 from cronbase.job import TRANSITIONS, JobStatus
-from cronbase.worker.executor import ERROR_LIMIT, TRACEBACK_LIMIT
+from cronbase.worker.outcomes import ERROR_LIMIT, TRACEBACK_LIMIT
 from tests.conftest import claim_rows
 from tests.e2e.harness import history, job_row
 
@@ -263,6 +263,10 @@ class Driver:
         return bool(rows)
 
     def finish(self, job_id: int, outcome: str) -> bool:
+        token = self.tokens.get(job_id, uuid.uuid4())
+        if outcome == "succeeded":  # the complete_jobs fragment, as claim_jobs carries it
+            done = {"done_ids": [job_id], "done_tokens": [token], "done_results": None}
+            return bool(self.db.execute(self.q.complete_jobs, done).fetchone()[0])
         params = {
             "ids": [job_id],
             "tokens": [self.tokens.get(job_id, uuid.uuid4())],
@@ -271,7 +275,6 @@ class Driver:
             "errors": [None if outcome == "succeeded" else "E"],
             "error_types": [None if outcome == "succeeded" else "E"],
             "tracebacks": [None],
-            "results": [None],
             "snooze_caps": [100],
             "worker": "w",
         }

@@ -23,7 +23,7 @@ import cronbase
 from cronbase.converters import parse_duration
 from cronbase.errors import PayloadError
 from cronbase.payload import encode_payload, format_duration
-from cronbase.worker.claim import read_rows
+from cronbase.worker.claim import CLAIMED_COLUMNS, read_rows
 
 if TYPE_CHECKING:
     from decimal import Context  # only for the type checker: never resolvable at run time
@@ -279,21 +279,26 @@ def test_a_union_of_date_and_datetime_keeps_each_as_it_was(
     assert type(through_json(task, value=date(2026, 3, 1))["value"]) is date
 
 
-def test_a_task_of_plain_json_types_converts_nothing(app: cronbase.App) -> None:
+def test_a_task_of_plain_json_types_checks_its_values_without_copying_them(
+    app: cronbase.App,
+) -> None:
     @app.task
     def plain(
         a: int, b: str, c: float, d: bool, e: list[int], f: dict[str, Any], g: Any = None
     ) -> None: ...
 
-    assert plain._converters is None  # arguments() skips the step entirely
+    assert plain._conversions is not None
+    assert "g" not in plain._conversions.arguments  # Any: nothing to check
     payload = {"a": 1, "b": "x", "c": 1.5, "d": True, "e": [1], "f": {"k": [1]}, "g": None}
-    assert plain.arguments(payload) == payload
+    got = plain.arguments(payload)
+    assert got == payload
+    assert got["e"] is payload["e"]  # a list of ints is checked, not rebuilt
 
     @app.task
     def unannotated(when, count=0):  # type: ignore[no-untyped-def]
         ...
 
-    assert unannotated._converters is None
+    assert unannotated._conversions is None  # arguments() and defers skip the step entirely
     assert unannotated.arguments({"when": "2026-01-01"}) == {"when": "2026-01-01"}
 
 
@@ -459,15 +464,16 @@ def test_an_annotation_defined_after_the_handler_is_resolved_on_the_first_job(
     @app.task
     def ship(parcel: Crate, at: datetime) -> None: ...  # noqa: F821 - defined below
 
-    assert ship._converters is not None
-    assert not ship._converters  # not resolved: Crate is not defined yet
+    assert ship._conversions is not None
+    assert not ship._conversions.arguments  # not resolved: Crate is not defined yet
     globals()["Crate"] = Parcel  # as a class defined further down the handler's module is
     try:
         got = ship.arguments({"parcel": {"weight": "2.50"}, "at": "2026-01-01T00:00Z"})
     finally:
         del globals()["Crate"]
     assert got == {"parcel": Parcel(Decimal("2.50")), "at": datetime(2026, 1, 1, tzinfo=UTC)}
-    assert set(ship._converters) == {"parcel", "at"}
+    assert ship._conversions is not None
+    assert ship._conversions.arguments == ["parcel", "at"]
 
 
 def test_a_name_never_defined_leaves_only_its_argument_unconverted(
@@ -651,7 +657,8 @@ def test_read_rows_decodes_payloads_with_the_given_loads() -> None:
             raise ValueError("cannot read boom")
         return json.loads(text)
 
-    result = read_rows([claimed_row(1, '{"a": 1}'), claimed_row(2, '{"boom": 1}')], loads)
+    rows = [claimed_row(1, '{"a": 1}'), claimed_row(2, '{"boom": 1}')]
+    result = read_rows(rows, (*CLAIMED_COLUMNS,), loads)
     assert seen == ['{"a": 1}', '{"boom": 1}']
     assert [(j.id, j.payload) for j in result.jobs] == [(1, {"a": 1})]
     assert [(u.job.id, str(u.error)) for u in result.undecodable] == [(2, "cannot read boom")]

@@ -95,3 +95,53 @@ def test_every_statement_renders_and_uses_only_named_parameters(name: str) -> No
     assert b"{schema}" not in statement
     assert b"{{" not in statement
     assert b"%" not in PERCENT.sub(b"", statement), statement.decode()
+
+
+SHARED = """
+-- name: claim
+WITH c AS (/* include: lease */) SELECT * FROM c WHERE true /* filtered */;
+
+-- fragment: lease
+-- A fragment's comments go, as a statement's.
+UPDATE t SET x = 1 RETURNING /* include: columns */
+
+-- fragment: columns
+id, name
+"""
+
+
+def test_fragments_are_written_once_and_put_in_place() -> None:
+    parsed = parse_statements(SHARED, "shared.sql")
+    assert set(parsed) == {"claim", "fragment:lease", "fragment:columns"}
+    variants = {"claim_some": ("claim", "/* filtered */", "AND id = ANY (%(ids)s)")}
+    assembled = queries.assemble(parsed, variants)
+    assert assembled == {
+        "claim": "WITH c AS (UPDATE t SET x = 1 RETURNING id, name) SELECT * FROM c WHERE true ",
+        "claim_some": "WITH c AS (UPDATE t SET x = 1 RETURNING id, name) SELECT * FROM c "
+        "WHERE true AND id = ANY (%(ids)s)",
+    }
+
+
+def test_an_unknown_fragment_or_a_missing_marker_fails_naming_it() -> None:
+    parsed = parse_statements("-- name: s\nSELECT /* include: nope */;\n", "bad.sql")
+    with pytest.raises(RuntimeError, match=r"statement 's' includes unknown fragment 'nope'"):
+        queries.assemble(parsed, {})
+    parsed = parse_statements("-- name: s\nSELECT 1;\n", "bad.sql")
+    with pytest.raises(RuntimeError, match=r"statement 's' has no marker /\* m \*/ for 'v'"):
+        queries.assemble(parsed, {"v": ("s", "/* m */", "x")})
+
+
+def test_the_claim_statements_share_one_text_but_the_queue_filter() -> None:
+    q = Queries("cronbase")
+    plain, in_queues = q.claim_jobs.decode(), q.claim_jobs_in_queues.decode()
+    assert "queue = ANY (%(queues)s::text[])" in in_queues
+    assert in_queues.replace("AND queue = ANY (%(queues)s::text[])", "") == plain
+    # The lease and the columns returned are one fragment in both claims.
+    lease = "locked_until = now() + j.lease, lease_token = gen_random_uuid()"
+    assert lease in plain
+    assert lease in q.claim_flow_jobs.decode()
+    assert "j.metadata::text AS metadata, j.flow_key" in q.claim_flow_jobs.decode()
+    # A success is written by one fragment, in the claim and alone.
+    success = "SET status = 'succeeded'"
+    assert [q.claim_jobs.decode().count(success), q.complete_jobs.decode().count(success)] == [1, 1]
+    assert success not in q.finish_jobs.decode()

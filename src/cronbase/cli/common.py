@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -19,8 +20,13 @@ from rich.text import Text
 
 from .. import logs
 from ..app import App
+from ..db import pool
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
+from ..limits import INT4_MAX as INT4_MAX
+from ..payload import short
+
+logger = logging.getLogger("cronbase")
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -90,6 +96,14 @@ def one_line(text: str) -> str:
 # -- settings and the app ------------------------------------------------------------------------
 
 
+# The connection flags the CLI exports to the environment, by App(...)'s parameter names.
+CONNECTION_FLAGS = {
+    "database_url": "--database-url",
+    "listen_url": "--listen-url",
+    "pooler": "--pooler",
+}
+
+
 @dataclass
 class Settings:
     """The global options; commands ask it for the App they work on."""
@@ -99,6 +113,9 @@ class Settings:
     app_path: str | None = None
     # Columns for tables (--width); None: the terminal's, or no wrapping when piped.
     width: int | None = None
+    # --database-url, --listen-url, --pooler as given (exported to the environment, which an
+    # App(...) that passes its own value does not read).
+    connection: dict[str, str] = field(default_factory=dict)
     _app: App | None = None
 
     def app(self, *, needs_tasks: bool = False) -> App:
@@ -110,6 +127,7 @@ class Settings:
                         f"--schema {self.schema!r} differs from the schema of app "
                         f"{self.app_path!r} ({self._app.schema!r}); set it in App(schema=...)"
                     )
+                self._say_overridden(self._app)
             elif needs_tasks:
                 raise ConfigurationError(
                     "this command needs your tasks: pass --app pkg.module:app (or set CRONBASE_APP)"
@@ -117,6 +135,21 @@ class Settings:
             else:
                 self._app = App(schema=self.schema or DEFAULT_SCHEMA)
         return self._app
+
+    def _say_overridden(self, app: App) -> None:
+        """Once: a connection flag the app's own App(...) overrides (it does not read the
+        environment the flag was exported to), and what is used instead, without a password."""
+        for name, flag in CONNECTION_FLAGS.items():
+            given, own = self.connection.get(name), app.db.given.get(name)
+            if given and own and given != own:
+                used = own if name == "pooler" else pool.describe(own)
+                logger.warning(
+                    "%s is ignored: app %r passes its own %s to App(...), so it uses %s",
+                    flag,
+                    self.app_path,
+                    name,
+                    used,
+                )
 
     def close(self) -> None:
         if self._app is not None:
@@ -178,18 +211,38 @@ _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a num
 
 
 def parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> Payload:
-    """The --payload option: a JSON object, the task's arguments by name."""
+    """The --payload option: a JSON object, the task's arguments by name; inline, or read from a
+    file (``@payload.json``) or stdin (``-``) when it is too long for a command line (~128 KB)."""
+    text, shown = _payload_text(value)
     try:
-        parsed = json.loads(value)
+        parsed = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{value!r} is not valid JSON: {exc}") from None
+        raise click.BadParameter(f"{shown} is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         kind = "null" if parsed is None else _JSON_KINDS.get(type(parsed), "a number")
         raise click.BadParameter(
-            f"{value!r} is {kind}; it must be a JSON object of the task's arguments, "
+            f"{shown} is {kind}; it must be a JSON object of the task's arguments, "
             "e.g. '{\"invoice_id\": 812}'"
         )
     return parsed
+
+
+def _payload_text(value: str) -> tuple[str, str]:
+    """The --payload text, and how a message names it (the file, stdin, or the text itself)."""
+    if value == "-":
+        return sys.stdin.read(), "stdin"
+    if not value.startswith("@"):
+        return value, short(value)
+    path = value[1:]
+    if not path:
+        raise click.BadParameter("'@' needs a file name: --payload @payload.json")
+    try:
+        with open(path, encoding="utf-8") as source:
+            return source.read(), f"file {path!r}"
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {value!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(f"file {path!r} is not UTF-8 text: {exc.reason}") from None
 
 
 def parse_aware_time(
@@ -209,8 +262,51 @@ def parse_aware_time(
     return parsed
 
 
-def seconds(value: float | None) -> timedelta | None:
-    return None if value is None else timedelta(seconds=value)
+if TYPE_CHECKING:
+    _TimedeltaParam = click.ParamType[timedelta]
+else:  # click < 8.3's ParamType is not generic
+    _TimedeltaParam = click.ParamType
+
+
+class Duration(_TimedeltaParam):
+    """A duration option given as a number of ``unit`` (``--delay 30``): finite, 0 or more (more
+    than 0 with ``positive``), no more than a timedelta holds; the option's value is the
+    timedelta. NaN, infinity and the rest are refused naming the option, exit 2."""
+
+    def __init__(self, unit: str = "seconds", *, positive: bool = False) -> None:
+        self.unit = unit
+        self.positive = positive
+        self.name = unit.upper()
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of {self.unit}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of {self.unit}", param, ctx)
+        if number < 0 or (self.positive and number == 0):
+            least = "more than 0" if self.positive else "0 or more"
+            self.fail(f"{value!r}: give {least} {self.unit}", param, ctx)
+        try:
+            return timedelta(**{self.unit: number})
+        except OverflowError:
+            self.fail(
+                f"{value!r} {self.unit} is longer than a duration can be (999,999,999 days)",
+                param,
+                ctx,
+            )
+
+
+SECONDS = Duration()
+POSITIVE_SECONDS = Duration(positive=True)
+# Whole numbers the database stores in an integer / bigint column: larger ones are refused as the
+# option's, not by the database after the command started.
+INT8_MAX = 2**63 - 1
 
 
 def setup_logging(debug: bool, log_format: str = "text") -> None:
@@ -241,4 +337,9 @@ def parse_duration(
     match = _DURATION.match(value.strip())
     if not match:
         raise click.BadParameter(f"{value!r} is not a duration; use e.g. 30s, 5m, 2h, 7d or 1w")
-    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    except OverflowError:
+        raise click.BadParameter(
+            f"{value!r} is longer than a duration can be (999,999,999 days)"
+        ) from None

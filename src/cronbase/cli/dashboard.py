@@ -7,7 +7,7 @@ from datetime import timedelta
 import click
 
 from ..errors import ConfigurationError
-from .common import Settings, app_option
+from .common import Duration, Settings, app_option
 from .main import cli
 
 
@@ -59,7 +59,7 @@ from .main import cli
 )
 @click.option(
     "--long-running-after",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Duration("minutes", positive=True),
     default=10.0,
     show_default=True,
     metavar="MINUTES",
@@ -77,7 +77,7 @@ def dashboard(
     trusted_proxies: tuple[str, ...],
     certfile: str | None,
     keyfile: str | None,
-    long_running_after: float,
+    long_running_after: timedelta,
 ) -> None:
     """Serve the web dashboard: queues, jobs, schedules, effects, actions, audit log.
 
@@ -105,7 +105,7 @@ def dashboard(
         host=host,
         port=port,
         auth=auth,
-        long_running_after=timedelta(minutes=long_running_after),
+        long_running_after=long_running_after,
         allowed_hosts=allowed_hosts,
         trusted_proxies=trusted_proxies,
         certfile=certfile,

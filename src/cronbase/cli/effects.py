@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..effects import STATUSES, EffectRecord
-from .common import Settings, console, payload_text, when
+from .common import INT8_MAX, Settings, console, payload_text, when
 from .main import cli
 
 STYLES = {"processing": "bold yellow", "done": "green", "failed": "red"}
@@ -40,7 +40,7 @@ def effects() -> None:
 
 @effects.command("list")
 @click.option("--status", type=click.Choice(STATUSES))
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=INT8_MAX), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def list_effects(settings: Settings, status: str | None, limit: int, as_json: bool) -> None:

@@ -14,7 +14,7 @@ from rich.text import Text
 from ..admin import requeue_dead
 from ..audit import cli_actor
 from ..job import GRAPH_LIMIT, Job, JobAttempt, JobGraph, JobStatus
-from .common import STATUS_STYLES, Settings, console, relative, status_text, when
+from .common import INT8_MAX, STATUS_STYLES, Settings, console, relative, status_text, when
 from .main import cli
 
 
@@ -27,7 +27,7 @@ def jobs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in JobStatus]))
 @click.option("--queue")
 @click.option("--task")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=INT8_MAX), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def list_jobs(

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,12 +32,14 @@ from .common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    INT4_MAX,
+    POSITIVE_SECONDS,
+    SECONDS,
     Settings,
     app_option,
     one_line,
     parse_aware_time,
     parse_payload,
-    seconds,
     setup_logging,
 )
 
@@ -48,7 +50,7 @@ def run_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--queue`` (repeatable) and ``--concurrency``, shared by ``worker`` and ``tick``."""
     command = click.option(
         "--concurrency",
-        type=click.IntRange(min=1),
+        type=click.IntRange(min=1, max=INT4_MAX),
         default=10,
         show_default=True,
         help="Jobs run at once.",
@@ -78,8 +80,13 @@ def worker_queues(queues: tuple[str, ...], concurrency: int) -> list[str] | dict
         except ValueError:
             raise click.BadParameter(
                 f"{value!r}: write a queue and its concurrency as Q=N, such as emails=5",
-                param_hint="--queue",
+                param_hint="'--queue'",
             ) from None
+        if not 1 <= caps[name] <= INT4_MAX:
+            raise click.BadParameter(
+                f"{value!r}: a queue's concurrency is from 1 to {INT4_MAX:,}",
+                param_hint="'--queue'",
+            )
     return caps
 
 
@@ -151,6 +158,8 @@ def cli(
     settings.width = width
     settings.schema = schema
     settings.app_path = app_path
+    given = {"database_url": database_url, "listen_url": listen_url, "pooler": pooler}
+    settings.connection = {name: value for name, value in given.items() if value}
     setup_logging(debug, log_format)
     if database_url:
         pool.check_url(database_url)
@@ -206,13 +215,13 @@ def migrate(settings: Settings) -> None:
 )
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE_SECONDS,
     metavar="SECONDS",
     help="Look for due jobs this often when no notification comes (default 1).",
 )
 @click.option(
     "--shutdown-grace",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     metavar="SECONDS",
     help="On SIGTERM/SIGINT, let running jobs finish this long (default 25).",
 )
@@ -225,8 +234,8 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     schedule: bool,
-    poll_interval: float | None,
-    shutdown_grace: float | None,
+    poll_interval: timedelta | None,
+    shutdown_grace: timedelta | None,
 ) -> None:
     """Run jobs until SIGTERM/SIGINT.
 
@@ -234,10 +243,7 @@ def worker(
     at once.
     """
     app = settings.app(needs_tasks=True)
-    options = {
-        "poll_interval": seconds(poll_interval),
-        "shutdown_grace": seconds(shutdown_grace),
-    }
+    options = {"poll_interval": poll_interval, "shutdown_grace": shutdown_grace}
     app.run_worker(
         queues=worker_queues(queues, concurrency),
         concurrency=concurrency,
@@ -314,7 +320,7 @@ def _exit_if_handlers_linger() -> None:
     default="{}",
     callback=parse_payload,
     show_default=True,
-    help="The task's arguments as a JSON object.",
+    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
 )
 @click.option(
     "--run-at",
@@ -324,14 +330,20 @@ def _exit_if_handlers_linger() -> None:
 )
 @click.option(
     "--delay",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     metavar="SECONDS",
     help="Run this many seconds from now.",
 )
 @click.option("--queue", help="Queue (default: the task's).")
-@click.option("--priority", type=int, help="Lower runs first (default: the task's).")
 @click.option(
-    "--max-attempts", type=click.IntRange(min=1), help="Attempts before dead (default: the task's)."
+    "--priority",
+    type=click.IntRange(min=-32768, max=32767),
+    help="Lower runs first (default: the task's).",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1, max=INT4_MAX),
+    help="Attempts before dead (default: the task's).",
 )
 @click.option("--idempotency-key", metavar="KEY", help="At most one job ever with this key.")
 @click.option(
@@ -343,7 +355,7 @@ def enqueue(
     task: str,
     payload: Payload,
     run_at: datetime | None,
-    delay: float | None,
+    delay: timedelta | None,
     queue: str | None,
     priority: int | None,
     max_attempts: int | None,
@@ -362,7 +374,7 @@ def enqueue(
     before = app.db.fetch_all(app.queries.database_now)[0]["now"] if keyed else None
     options = {
         "run_at": run_at,
-        "delay": seconds(delay),
+        "delay": delay,
         "queue": queue,
         "priority": priority,
         "max_attempts": max_attempts,

@@ -12,7 +12,7 @@ from rich.text import Text
 from ..audit import cli_actor
 from ..job import Payload
 from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
-from .common import Settings, app_option, console, parse_payload, payload_text, relative
+from .common import INT4_MAX, Settings, app_option, console, parse_payload, payload_text, relative
 from .main import cli
 
 
@@ -95,7 +95,7 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
     default="{}",
     callback=parse_payload,
     show_default=True,
-    help="The task's arguments as a JSON object.",
+    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
 )
 @click.option("--queue", help="Queue of its jobs (default: the task's).")
 @click.option(
@@ -107,7 +107,7 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
 )
 @click.option(
     "--max-catch-up",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=INT4_MAX),
     default=100,
     show_default=True,
     help="With --catch-up all: at most this many missed slots.",

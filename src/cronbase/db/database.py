@@ -109,6 +109,13 @@ class Database:
         # Decodes each claimed job's payload text (worker/claim.py).
         self.json_loads: Callable[[str], Any] = json_loads or json.loads
         self._explicit_url = url
+        # What App(...) was given itself: it wins over the environment (and so over the CLI's
+        # --database-url, --listen-url and --pooler, which the CLI then says).
+        self.given: dict[str, str | None] = {
+            "database_url": url or None,
+            "listen_url": listen_url or None,
+            "pooler": pooler or None,
+        }
         if url:
             pool.check_url(url)
         self._listen_url = listen_url or os.environ.get("CRONBASE_LISTEN_URL") or None

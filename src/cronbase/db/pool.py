@@ -47,6 +47,19 @@ def masked(url: str) -> str:
     return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
 
 
+def describe(url: str) -> str:
+    """Where a URL points, for a log line: ``host:port/dbname``, never a user or password
+    (libpq's defaults and PG* variables fill what the URL leaves out)."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.Error:
+        return masked(url)
+    host = info.get("host") or info.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
+    port = info.get("port") or os.environ.get("PGPORT") or "5432"
+    dbname = info.get("dbname") or os.environ.get("PGDATABASE") or info.get("user") or "(default)"
+    return f"{host}:{port}/{dbname}"
+
+
 def split_client_options(url: str) -> tuple[str, dict[str, Any]]:
     """The URL without psycopg's own options (``?prepare_threshold=0``), and those options."""
     options: dict[str, Any] = {}

@@ -3,6 +3,12 @@
 Each statement sits under a ``-- name: verb_noun`` header. :class:`Queries` declares every name it
 expects; importing this module fails if a file misses one or defines one twice, so a typo is found
 before any worker starts.
+
+A piece that several statements share is written once, under ``-- fragment: name``, and put in
+place of ``/* include: name */`` (River's ``/* TEMPLATE */`` markers in its sqlc files): the claim
+statements share how a picked row is leased and which columns come back, and the claim and the
+lone completion share how a success is written. A statement that exists in two forms is written
+once with a marker, and :data:`VARIANTS` renders the other form (claim_jobs_in_queues).
 """
 
 from __future__ import annotations
@@ -16,20 +22,35 @@ from psycopg import sql
 
 from .notifier import channel_name, done_channel_name
 
-_NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$")
+_NAME_LINE = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$")
+_INCLUDE = re.compile(r"/\*\s*include:\s*(\w+)\s*\*/")
+
+# Statements rendered from another one: name -> (the statement written, its marker, what the
+# marker becomes here). In the statement written, the marker becomes nothing.
+VARIANTS: dict[str, tuple[str, str, str]] = {
+    # A worker of some queues walks jobs_queue_due_idx (queue first) instead of jobs_due_idx.
+    "claim_jobs_in_queues": (
+        "claim_jobs",
+        "/* in_queues */",
+        "AND queue = ANY (%(queues)s::text[])",
+    ),
+}
 
 
 def parse_statements(text: str, source: str) -> dict[str, str]:
-    """Split one .sql file into {name: statement}; comment lines are dropped."""
+    """Split one .sql file into {name: statement} and {"fragment:" + name: fragment}; comment
+    lines are dropped."""
     statements: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
         match = _NAME_LINE.match(line.strip())
         if match:
-            name = match.group(1)
-            if name in statements:
-                raise RuntimeError(f"duplicate statement name {name!r} in {source}")
-            current = statements[name] = []
+            kind, name = match.groups()
+            key = name if kind == "name" else f"fragment:{name}"
+            if key in statements:
+                what = "statement" if kind == "name" else "fragment"
+                raise RuntimeError(f"duplicate {what} name {name!r} in {source}")
+            current = statements[key] = []
         elif current is not None and not line.lstrip().startswith("--"):
             current.append(line)
     result = {}
@@ -41,8 +62,21 @@ def parse_statements(text: str, source: str) -> dict[str, str]:
     return result
 
 
+def _expand(name: str, body: str, fragments: dict[str, str], depth: int = 0) -> str:
+    def include(match: re.Match[str]) -> str:
+        fragment = fragments.get(match.group(1))
+        if fragment is None:
+            raise RuntimeError(f"statement {name!r} includes unknown fragment {match.group(1)!r}")
+        if depth > 3:
+            raise RuntimeError(f"statement {name!r}: fragments include each other too deep")
+        return _expand(name, fragment, fragments, depth + 1)
+
+    return _INCLUDE.sub(include, body)
+
+
 def load_statements() -> dict[str, str]:
-    """Every named statement of every packaged .sql file."""
+    """Every named statement of every packaged .sql file, fragments put in place and variants
+    rendered."""
     found: dict[str, str] = {}
     folder = resources.files("cronbase.db") / "sql"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -52,7 +86,20 @@ def load_statements() -> dict[str, str]:
             if name in found:
                 raise RuntimeError(f"statement {name!r} is defined in more than one .sql file")
             found[name] = body
-    return found
+    return assemble(found, VARIANTS)
+
+
+def assemble(found: dict[str, str], variants: dict[str, tuple[str, str, str]]) -> dict[str, str]:
+    """Statements with their fragments put in place, and their variants rendered."""
+    fragments = {k.removeprefix("fragment:"): v for k, v in found.items() if ":" in k}
+    statements = {k: _expand(k, v, fragments) for k, v in found.items() if ":" not in k}
+    for variant, (source, marker, text) in variants.items():
+        written = statements[source]
+        if marker not in written:
+            raise RuntimeError(f"statement {source!r} has no marker {marker} for {variant!r}")
+        statements[variant] = written.replace(marker, text)
+        statements[source] = written.replace(marker, "")
+    return statements
 
 
 def render(template: str, schema: str) -> bytes:
@@ -76,6 +123,7 @@ class Queries:
     insert_jobs: bytes
     claim_jobs: bytes
     claim_jobs_in_queues: bytes
+    complete_jobs: bytes
     finish_jobs: bytes
     heartbeat_jobs: bytes
     release_jobs: bytes

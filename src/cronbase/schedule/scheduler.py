@@ -20,9 +20,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..client import JobOptions, build_insert, encode_payload
+from ..durations import DurationLike, duration
 from ..errors import ScheduleError
 from ..job import Payload
-from ..limits import check_key, check_name
+from ..limits import INT4_MAX, check_key, check_name
 from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, describe
 
@@ -70,8 +71,8 @@ class ScheduleSpec:
             raise ScheduleError(
                 f"unknown catch_up policy {catch_up!r}; one of: {', '.join(CATCH_UP_POLICIES)}"
             )
-        if max_catch_up < 1:
-            raise ScheduleError(f"max_catch_up must be at least 1, got {max_catch_up}")
+        if not 1 <= max_catch_up <= INT4_MAX:
+            raise ScheduleError(f"max_catch_up must be from 1 to {INT4_MAX:,}, got {max_catch_up}")
         if queue is not None:
             check_name("queue", queue)
         if key is not None:
@@ -214,12 +215,12 @@ class Scheduler:
         db: Database,
         tasks: Mapping[str, Task[Any, Any]],
         periodic: Mapping[str, ScheduleSpec] | None = None,
-        interval: timedelta = timedelta(seconds=1),
+        interval: DurationLike = timedelta(seconds=1),
     ) -> None:
         self.db = db
         self.tasks = tasks
         self.periodic = periodic or {}
-        self.interval = interval.total_seconds()
+        self.interval = duration("interval", interval, positive=True).total_seconds()
         self.fired = 0
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:

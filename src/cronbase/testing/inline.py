@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..client import encode_metadata
 from ..context import JobContext, set_current
 from ..durable import Durable, Suspend, check_seconds, check_wait, step_value
-from ..errors import Cancel, CronbaseError, ResultError, Snooze, WorkflowError
+from ..errors import Cancel, CronbaseError, Snooze, WorkflowError
 from ..hooks import DeferCall
-from ..job import JobStatus, JSONValue, Payload, outcome_status
+from ..job import JobStatus, JSONValue, Payload, next_state
 from ..logs import install_job_context
-from ..payload import encode_result
+from ..worker import outcomes
 from .roundtrip import through_json
 
 if TYPE_CHECKING:
@@ -376,7 +376,6 @@ class InlineRun:
         started = time.monotonic()
         try:
             job.result = task.hooks.call(context, task.func, kwargs)
-            _check_result(task, job)
         except Suspend as suspended:
             self._suspended(task, job, kwargs, context, suspended, started)
             return None
@@ -397,7 +396,6 @@ class InlineRun:
                 # As the worker does: a sync handler runs in a thread (to_thread copies the
                 # context, so current_job() works there), never blocking the caller's loop.
                 job.result = await asyncio.to_thread(task.hooks.call, context, task.func, kwargs)
-            _check_result(task, job)
         except Suspend as suspended:
             self._suspended(task, job, kwargs, context, suspended, started)
             return None
@@ -416,8 +414,9 @@ class InlineRun:
     ) -> None:
         """wait_for an event not emitted yet: queued, the attempt not counted, run again by
         the emit (inline sleeps never suspend)."""
-        job.status = JobStatus.QUEUED
-        job.attempts -= 1
+        job.status, job.attempts, job.snoozes = next_state(
+            "suspended", attempts=job.attempts, max_attempts=job.max_attempts, snoozes=job.snoozes
+        )
         job.waiting_for = suspended.waiting_for
         job._rerun = (task, kwargs)
         duration = timedelta(seconds=time.monotonic() - started)
@@ -481,39 +480,38 @@ class InlineRun:
         error: Exception | None,
         started: float,
     ) -> Exception | None:
+        """What the attempt came to, decided as the worker decides it (worker/outcomes.py), and
+        the state that leads the job to (job.next_state, the rules of the SQL): the error to
+        raise from defer, or None (a success, a snooze, a cancel)."""
         duration = timedelta(seconds=time.monotonic() - started)
-        job.error = error
         job.progress, job.stage = context.progress
-        if isinstance(error, Snooze | Cancel):
-            # Steering, not failing: nothing is raised from defer. A snoozed job waits (its
-            # delay is not slept and it is not run again here); past max_snoozes it is dead.
-            if isinstance(error, Cancel):
-                job.status = JobStatus.CANCELLED
-            elif job.snoozes >= task.defaults.max_snoozes:
-                job.status = JobStatus.DEAD
-            else:
-                job.snoozes += 1
-                job.attempts -= 1
-                job.status = JobStatus.QUEUED
-            name = "snoozed" if job.status is JobStatus.QUEUED else job.status.value
-            task.hooks.ended(context, name, error, duration)
-            return None
-        # The worker's rules: a failure with no attempt left, of a type the task does not
-        # retry, or a result that cannot be stored, is dead.
-        job.status = outcome_status(
-            succeeded=error is None,
-            give_up=error is not None and (isinstance(error, ResultError) or task.gives_up(error)),
+        if error is None:
+            verdict = outcomes.returned(
+                task, job.id, job.result, completed=False, max_result_bytes=task.db.max_result_bytes
+            )
+        else:
+            verdict = outcomes.raised(task, job.attempts, error, completed=False)
+            if verdict.outcome in ("lost", "released"):  # no database here to lose
+                verdict = outcomes.failure(error, retry_in=0.0, give_up=task.gives_up(error))
+        job.status, job.attempts, job.snoozes = next_state(
+            verdict.outcome,
             attempts=job.attempts,
             max_attempts=job.max_attempts,
+            snoozes=job.snoozes,
+            snooze_cap=verdict.snooze_cap,
         )
-        task.hooks.ended(context, job.status.value, error, duration)
-        return error
-
-
-def _check_result(task: Task[Any, Any], job: InlineJob) -> None:
-    """ResultError when the worker could not store what the handler returned."""
-    if job.result is not None:
-        encode_result(job.id, job.task, job.result, task.db.max_result_bytes)
+        exc = verdict.exception
+        job.error = exc if isinstance(exc, Exception) else None
+        name = (
+            "snoozed"
+            if verdict.outcome == "snoozed" and job.status is JobStatus.QUEUED
+            else job.status.value
+        )
+        task.hooks.ended(context, name, exc, duration)
+        # Steering is not failing: nothing is raised from defer. A snoozed job waits (its delay
+        # is not slept and it is not run again here); past max_snoozes it is dead.
+        failed = verdict.outcome in ("failed", "dead") and not isinstance(exc, Snooze | Cancel)
+        return job.error if failed else None
 
 
 def _loop_running() -> bool:

@@ -1,5 +1,6 @@
-"""The claim statement's one owner: its parameters, the statement for a worker's queues, and its
-rows decoded one job at a time. The worker, the completer, the tests and the bench all call it.
+"""The claim's rows, read by name: what a claimed job is, the plain claim's parameters and
+statement, and the decoding of the rows every claim statement returns (``claimed_columns``:
+the ``lease_picked`` fragment in ``db/sql/jobs.sql``).
 
 A row that cannot be decoded (a payload written by other SQL that Python's JSON cannot read)
 comes back as that job's own :class:`Undecodable`, to be recorded dead with the reason; its
@@ -8,11 +9,13 @@ batch-mates run as usual. Payload text is decoded by ``loads``: the Database's `
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..job import Payload
@@ -25,10 +28,28 @@ if TYPE_CHECKING:
 
 DEFAULT_LEASE = timedelta(minutes=1)
 
+# What every claim statement returns per job, by column name (the lease_picked fragment).
+CLAIMED_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "payload",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "lease_token",
+    "lease",
+    "metadata",
+    "flow_key",
+)
+# What a claim's summary row (its job columns NULL) may carry: the successes it wrote
+# (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs).
+SUMMARY_COLUMNS = ("written", "held", "open_in")
+
 
 @dataclass(eq=False)
 class ClaimedJob:
-    """One leased attempt, as claim_jobs returned it; equal only to itself (the worker keys its
+    """One leased attempt, as a claim returned it; equal only to itself (the worker keys its
     running attempts by it)."""
 
     id: int
@@ -42,15 +63,17 @@ class ClaimedJob:
     lease: timedelta
     # jobs.metadata: what integrations stored with the job (a trace context); None when nothing.
     metadata: dict[str, Any] | None = None
+    # The limit scope a limited job counts in (flow.py); None for an unlimited job.
+    flow_key: str | None = None
     # What the handler returned, as JSON text; None when it returned None (set by the executor).
     result: str | None = None
-    context: JobContext = field(init=False)
+    # The handler's view of its job, made by the executor when the attempt starts.
+    context: JobContext | None = None
 
     @property
     def completed(self) -> bool:
         """Finished by the handler's own transaction() (the context exists once it runs)."""
-        context: JobContext | None = self.__dict__.get("context")
-        return context is not None and context.completed
+        return self.context is not None and self.context.completed
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +86,14 @@ class Undecodable:
 
 @dataclass(slots=True)
 class ClaimResult:
-    """What one claim statement did: jobs leased (decoded or not) and successes written."""
+    """What one claim statement did: jobs leased (decoded or not), successes written, and for a
+    flow claim the candidates its limits held back and when a rate has room again."""
 
     jobs: list[ClaimedJob]
     undecodable: list[Undecodable]
     written_ids: list[int]
+    held: int = 0
+    open_in: float | None = None
 
 
 def claim_params(
@@ -80,6 +106,17 @@ def claim_params(
 ) -> dict[str, Any]:
     """Parameters of claim_jobs: successes to write (``done``), up to ``limit`` jobs to lease
     from ``queues`` (None: all) whose task is one of ``tasks`` (None: any)."""
+    return {
+        **done_params(done),
+        "limit": limit,
+        "worker": worker,
+        "queues": list(queues) if queues is not None else None,
+        "tasks": list(tasks) if tasks is not None else None,
+    }
+
+
+def done_params(done: Sequence[ClaimedJob]) -> dict[str, Any]:
+    """The successes a statement writes (the complete_jobs fragment)."""
     # Results, only when some success returned one: a drain of handlers returning None sends a
     # NULL array (one test per job here, no per-job work in the statement).
     results = [j.result for j in done]
@@ -87,10 +124,6 @@ def claim_params(
         "done_ids": [j.id for j in done],
         "done_tokens": [j.lease_token for j in done],
         "done_results": results if any(r is not None for r in results) else None,
-        "limit": limit,
-        "worker": worker,
-        "queues": list(queues) if queues is not None else None,
-        "tasks": list(tasks) if tasks is not None else None,
     }
 
 
@@ -112,15 +145,41 @@ def _metadata(text: str) -> dict[str, Any] | None:
 Loads = Callable[[str], Any]
 
 
-def read_rows(rows: Sequence[tuple[Any, ...]], loads: Loads = json.loads) -> ClaimResult:
-    """Decode claim_jobs' rows: claimed jobs, then one row whose id is NULL carrying the ids of
-    the successes written. ``loads`` decodes each payload (App(json_loads=...))."""
+@functools.cache
+def _getters(names: tuple[str, ...]) -> tuple[itemgetter[Any], int, dict[str, int]]:
+    """For a statement's column names: a getter of CLAIMED_COLUMNS in their order, where the id
+    is, and where each summary column is (built once per statement shape)."""
+    missing = [c for c in CLAIMED_COLUMNS if c not in names]
+    if missing:
+        raise RuntimeError(f"a claim statement returns no {', '.join(missing)} column")
+    index = {name: i for i, name in enumerate(names)}
+    job_columns = itemgetter(*(index[c] for c in CLAIMED_COLUMNS))
+    return job_columns, index["id"], {c: index[c] for c in SUMMARY_COLUMNS if c in index}
+
+
+def column_names(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> tuple[str, ...]:
+    return tuple(column.name for column in cursor.description or ())
+
+
+def read_rows(
+    rows: Sequence[tuple[Any, ...]], names: tuple[str, ...], loads: Loads = json.loads
+) -> ClaimResult:
+    """Decode a claim's rows, by the column ``names`` of its statement: the claimed jobs, and
+    the one summary row (its id NULL). ``loads`` decodes each payload (App(json_loads=...))."""
+    job_columns, at_id, summary = _getters(names)
     result = ClaimResult([], [], [])
     for row in rows:
-        if row[0] is None:
-            result.written_ids = row[-1] or []
+        if row[at_id] is None:
+            if "written" in summary:
+                result.written_ids = row[summary["written"]] or []
+            if "held" in summary:
+                result.held = row[summary["held"]] or 0
+            if "open_in" in summary:
+                result.open_in = row[summary["open_in"]]
             continue
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, _) = row
+        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, key) = (
+            job_columns(row)
+        )
         try:
             job = ClaimedJob(
                 job_id,
@@ -133,6 +192,7 @@ def read_rows(rows: Sequence[tuple[Any, ...]], loads: Loads = json.loads) -> Cla
                 token,
                 timedelta(seconds=lease),
                 None if meta is None else _metadata(meta),
+                key,
             )
         except Exception as exc:  # RecursionError, ValueError (digits), OverflowError (lease)
             bare = ClaimedJob(
@@ -153,7 +213,7 @@ async def claim_jobs(
     """Run the claim on ``conn`` (params from :func:`claim_params`; ``loads``: the Database's
     ``json_loads``)."""
     cur = await conn.execute(claim_statement(queries, params["queues"]), params)
-    return read_rows(await cur.fetchall(), loads)
+    return read_rows(await cur.fetchall(), column_names(cur), loads)
 
 
 def claim_jobs_sync(
@@ -164,4 +224,4 @@ def claim_jobs_sync(
 ) -> ClaimResult:
     """The sync twin of :func:`claim_jobs`, for tests and the bench."""
     cur = conn.execute(claim_statement(queries, params["queues"]), params)
-    return read_rows(cur.fetchall(), loads)
+    return read_rows(cur.fetchall(), column_names(cur), loads)

@@ -1,9 +1,12 @@
-"""Batched, fenced completion: outcomes of many attempts written in one statement.
+"""Batched, fenced completion: the outcomes of many attempts written in one statement each.
 
-Successes ride on the worker's next claim (``claim_jobs`` writes them and leases new jobs in one
-statement): a job that finishes frees a slot, so a claim follows at once. The completer writes
-what no claim took: failures at once (``finish_jobs``), successes after ``CARRY_WAIT`` (a worker
-that is stopping, or whose queues are paused, claims nothing), everything on ``drain()``.
+Every outcome a worker records goes through here. Successes ride on the worker's next claim (the
+claim statement carries the ``complete_jobs`` fragment: one statement, one commit): the claimer
+takes them with :meth:`Completer.carrying` and says which were written. What no claim carries is
+written here: failures at once (``finish_jobs``), successes after ``CARRY_WAIT``
+(``complete_jobs``: a worker that is stopping, or whose queues are paused, claims nothing),
+handed-back attempts (``release_jobs``), suspensions (``suspend_jobs``), everything on
+``drain()``. Each written outcome is logged and counted once, here.
 """
 
 from __future__ import annotations
@@ -12,18 +15,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .claim import claim_jobs, claim_params
-from .executor import Outcome
+from .claim import ClaimedJob, done_params
+from .outcomes import Outcome
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
     from ..db.queries import Queries
+    from ..metrics import WorkerMetrics
 
 logger = logging.getLogger("cronbase")
 
@@ -36,7 +41,7 @@ RETRY_MAX = 1.0
 
 
 def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
-    """Parameters of finish_jobs, which takes any outcomes."""
+    """Parameters of finish_jobs, which takes the outcomes that are not successes."""
     return {
         "ids": [o.job.id for o in outcomes],
         "tokens": [o.job.lease_token for o in outcomes],
@@ -45,7 +50,6 @@ def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
         "errors": [o.error for o in outcomes],
         "error_types": [o.error_type for o in outcomes],
         "tracebacks": [o.traceback for o in outcomes],
-        "results": [o.job.result for o in outcomes],
         "snooze_caps": [o.snooze_cap for o in outcomes],
         "worker": worker_id,
     }
@@ -69,24 +73,32 @@ def event_fields(o: Outcome, event: str) -> dict[str, Any]:
     }
 
 
-class Completer:
-    """Collects outcomes and writes them; ``drain()`` waits until everything is written.
+@dataclass
+class Carried:
+    """Successes a claim statement carries; the claimer sets ``written`` from its reply."""
 
-    The worker's claim takes successes with :meth:`take_successes` and reports what its
-    statement wrote with :meth:`settle` (or hands them back with :meth:`give_back`).
-    """
+    outcomes: list[Outcome]
+    written: list[int] = field(default_factory=list)
+
+    @property
+    def jobs(self) -> list[ClaimedJob]:
+        return [o.job for o in self.outcomes]
+
+
+class Completer:
+    """Collects outcomes and writes them; ``drain()`` waits until everything is written."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool,
         queries: Queries,
         worker_id: str,
-        on_written: Callable[[list[tuple[Outcome, str]]], None] = lambda written: None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
-        self._on_written = on_written
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
+        self._metrics = metrics
         self._pending: list[Outcome] = []
         self._since = 0.0  # when the oldest pending outcome arrived (time.monotonic())
         # Outcomes on their way to the database (a flush, or a claim carrying them): their
@@ -110,28 +122,29 @@ class Completer:
     def pending_jobs(self) -> list[Outcome]:
         return self._pending + self._in_flight
 
-    def take_successes(self) -> list[Outcome]:
-        """Hand the waiting successes (up to MAX_BATCH) to a claim that will write them."""
-        if not self._pending:
-            return []
-        taken = [o for o in self._pending if o.outcome == "succeeded"][:MAX_BATCH]
-        self._pending = [] if len(taken) == len(self._pending) else _without(self._pending, taken)
-        self._in_flight.extend(taken)
-        return taken
-
-    def settle(self, carried: list[Outcome], written_ids: list[int]) -> None:
-        """A claim wrote ``written_ids`` of the successes it carried; the rest were fenced out."""
-        self._land(carried)
-        self._report(carried, dict.fromkeys(written_ids, "succeeded"))
-
-    def give_back(self, carried: list[Outcome]) -> None:
-        """The claim carrying these failed (nothing of it committed): write them later."""
-        self._land(carried)
-        self._pending[:0] = carried
-        if carried:
-            self._since = 0.0  # waited for a claim already: write them at once
-            self._idle.clear()
-            self._wake.set()
+    @contextlib.contextmanager
+    def carrying(self) -> Iterator[Carried]:
+        """The waiting successes (up to MAX_BATCH), for a claim statement to write. When the
+        block raises, nothing of the statement committed: they are written later instead."""
+        taken: list[Outcome] = []
+        if self._pending:
+            taken = [o for o in self._pending if o.outcome == "succeeded"][:MAX_BATCH]
+            whole = len(taken) == len(self._pending)
+            self._pending = [] if whole else _without(self._pending, taken)
+            self._in_flight.extend(taken)
+        carried = Carried(taken)
+        try:
+            yield carried
+        except BaseException:
+            self._land(taken)
+            self._pending[:0] = taken
+            if taken:
+                self._since = 0.0  # waited for a claim already: write them at once
+                self._idle.clear()
+                self._wake.set()
+            raise
+        self._land(taken)
+        self._report(taken, dict.fromkeys(carried.written, "succeeded"))
 
     def _land(self, outcomes: list[Outcome]) -> None:
         if outcomes:
@@ -195,26 +208,24 @@ class Completer:
             self._land([])
 
     async def _flush(self, batch: list[Outcome]) -> None:
-        if all(o.outcome == "succeeded" for o in batch):
-            # claim_jobs with limit 0 writes the successes and leases nothing.
-            params = claim_params(done=[o.job for o in batch], limit=0, worker=self._worker_id)
-            async with self._pool.connection() as conn:
-                written_ids = (await claim_jobs(conn, self._queries, params)).written_ids
-            self._report(batch, dict.fromkeys(written_ids, "succeeded"))
-            return
-        released = [o for o in batch if o.outcome == "released"]
-        suspended = [o for o in batch if o.outcome == "suspended"]
-        finished = [o for o in batch if o.outcome not in ("released", "suspended")]
+        by_kind: dict[str, list[Outcome]] = {}
+        for o in batch:
+            kind = o.outcome if o.outcome in ("succeeded", "released", "suspended") else "finished"
+            by_kind.setdefault(kind, []).append(o)
         written: dict[int, str] = {}
+        q = self._queries
         async with self._pool.connection() as conn:
-            if finished:
-                params = finish_params(finished, self._worker_id)
-                cur = await conn.execute(self._queries.finish_jobs, params)
+            if succeeded := by_kind.get("succeeded"):
+                cur = await conn.execute(q.complete_jobs, done_params([o.job for o in succeeded]))
+                row = await cur.fetchone()
+                written.update(dict.fromkeys((row[0] if row else None) or [], "succeeded"))
+            if finished := by_kind.get("finished"):
+                cur = await conn.execute(q.finish_jobs, finish_params(finished, self._worker_id))
                 written.update({row[0]: row[1] for row in await cur.fetchall()})
-            if released:
-                cur = await conn.execute(self._queries.release_jobs, self._release(released))
+            if released := by_kind.get("released"):
+                cur = await conn.execute(q.release_jobs, self._release(released))
                 written.update(dict.fromkeys((row[0] for row in await cur.fetchall()), "queued"))
-            if suspended:
+            if suspended := by_kind.get("suspended"):
                 written.update(await self._suspend(conn, suspended))
         self._report(batch, written)
 
@@ -269,54 +280,6 @@ class Completer:
                         o.duration,
                         extra=event_fields(o, "succeeded"),
                     )
-            elif o.outcome == "snoozed" and status == "queued" and o.snooze_cap < 0:
-                logger.info(
-                    "job %d waits for an effect in progress elsewhere: task=%s, runs again in "
-                    "%.3gs (attempt %d not counted): %s",
-                    o.job.id,
-                    o.job.task,
-                    o.retry_in,
-                    o.job.attempt,
-                    o.error,
-                    extra=event_fields(o, "waiting"),
-                )
-            elif o.outcome == "snoozed" and status == "queued":
-                logger.info(
-                    "job %d snoozed by its handler: task=%s, runs again in %.3gs (attempt %d "
-                    "not counted)",
-                    o.job.id,
-                    o.job.task,
-                    o.retry_in,
-                    o.job.attempt,
-                    extra=event_fields(o, "snoozed"),
-                )
-            elif o.outcome == "suspended" and status == "queued":
-                logger.info(
-                    "job %d suspended: task=%s, waits for %s (attempt %d not counted)",
-                    o.job.id,
-                    o.job.task,
-                    f"event {o.waiting_for!r}" if o.waiting_for else f"{o.wake_in:.3g}s",
-                    o.job.attempt,
-                    extra=event_fields(o, "suspended"),
-                )
-            elif status == "cancelled":
-                logger.warning(
-                    "job %d cancelled by its handler: task=%s attempt=%d reason=%s",
-                    o.job.id,
-                    o.job.task,
-                    o.job.attempt,
-                    o.error,
-                    extra=event_fields(o, "cancelled"),
-                )
-            elif status == "queued":
-                logger.warning(
-                    "job %d attempt %d (%s) handed back, not counted: %s",
-                    o.job.id,
-                    o.job.attempt,
-                    o.job.task,
-                    o.error,
-                    extra=event_fields(o, "released"),
-                )
             elif status is None:
                 self.fenced_out += 1
                 logger.warning(
@@ -329,15 +292,70 @@ class Completer:
                     extra=event_fields(o, "fenced_out"),
                 )
             else:
-                logger.warning(
-                    "job %d %s: task=%s attempt=%d/%d duration=%.3fs error=%s",
-                    o.job.id,
-                    "failed, will retry" if status == "failed" else "is dead",
-                    o.job.task,
-                    o.job.attempt,
-                    o.job.max_attempts,
-                    o.duration,
-                    o.error,
-                    extra=event_fields(o, "retried" if status == "failed" else "dead"),
-                )
-        self._on_written(landed)
+                _log_written(o, status)
+        if self._metrics is not None:
+            self._metrics.count_finished(landed)
+
+
+def _log_written(o: Outcome, status: str) -> None:
+    """The log line of an outcome written as anything but a success."""
+    job = o.job
+    if o.outcome == "snoozed" and status == "queued" and o.snooze_cap < 0:
+        logger.info(
+            "job %d waits for an effect in progress elsewhere: task=%s, runs again in %.3gs "
+            "(attempt %d not counted): %s",
+            job.id,
+            job.task,
+            o.retry_in,
+            job.attempt,
+            o.error,
+            extra=event_fields(o, "waiting"),
+        )
+    elif o.outcome == "snoozed" and status == "queued":
+        logger.info(
+            "job %d snoozed by its handler: task=%s, runs again in %.3gs (attempt %d not counted)",
+            job.id,
+            job.task,
+            o.retry_in,
+            job.attempt,
+            extra=event_fields(o, "snoozed"),
+        )
+    elif o.outcome == "suspended" and status == "queued":
+        logger.info(
+            "job %d suspended: task=%s, waits for %s (attempt %d not counted)",
+            job.id,
+            job.task,
+            f"event {o.waiting_for!r}" if o.waiting_for else f"{o.wake_in:.3g}s",
+            job.attempt,
+            extra=event_fields(o, "suspended"),
+        )
+    elif status == "cancelled":
+        logger.warning(
+            "job %d cancelled by its handler: task=%s attempt=%d reason=%s",
+            job.id,
+            job.task,
+            job.attempt,
+            o.error,
+            extra=event_fields(o, "cancelled"),
+        )
+    elif status == "queued":
+        logger.warning(
+            "job %d attempt %d (%s) handed back, not counted: %s",
+            job.id,
+            job.attempt,
+            job.task,
+            o.error,
+            extra=event_fields(o, "released"),
+        )
+    else:
+        logger.warning(
+            "job %d %s: task=%s attempt=%d/%d duration=%.3fs error=%s",
+            job.id,
+            "failed, will retry" if status == "failed" else "is dead",
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            o.duration,
+            o.error,
+            extra=event_fields(o, "retried" if status == "failed" else "dead"),
+        )

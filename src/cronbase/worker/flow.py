@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .claim import ClaimResult, Loads, read_rows
+from .claim import ClaimResult, Loads, column_names, read_rows
 
 if TYPE_CHECKING:
     import psycopg
@@ -119,12 +119,9 @@ async def claim_flow_jobs(
         contended = len(locked or ()) < needed
         if not locked:
             return FlowClaim(held=len(ids), contended=contended)
-        cur = await conn.execute(
-            queries.claim_flow_jobs,
-            {"ids": ids, "locked": locked, "limit": limit, "worker": worker},
-        )
-        rows = await cur.fetchall()
-    return _read(rows, loads, contended)
+        cur = await conn.execute(queries.claim_flow_jobs, _claim_params(ids, locked, limit, worker))
+        result = read_rows(await cur.fetchall(), column_names(cur), loads)
+    return _summed(result, contended)
 
 
 def claim_flow_jobs_sync(
@@ -146,22 +143,21 @@ def claim_flow_jobs_sync(
         contended = len(locked or ()) < needed
         if not locked:
             return FlowClaim(held=len(ids), contended=contended)
-        rows = conn.execute(
-            queries.claim_flow_jobs,
-            {"ids": ids, "locked": locked, "limit": limit, "worker": worker},
-        ).fetchall()
-    return _read(rows, loads, contended)
+        cur = conn.execute(queries.claim_flow_jobs, _claim_params(ids, locked, limit, worker))
+        result = read_rows(cur.fetchall(), column_names(cur), loads)
+    return _summed(result, contended)
 
 
-def _read(rows: Sequence[tuple[Any, ...]], loads: Loads, contended: bool) -> FlowClaim:
-    jobs = [r for r in rows if r[0] is not None]
-    last = [r for r in rows if r[0] is None]
-    held, open_in = (last[0][-2], last[0][-1]) if last else (0, None)
-    scopes = [r[11] for r in jobs if r[11] is not None]
+def _claim_params(ids: list[int], locked: list[str], limit: int, worker: str) -> dict[str, Any]:
+    return {"ids": ids, "locked": locked, "limit": limit, "worker": worker}
+
+
+def _summed(result: ClaimResult, contended: bool) -> FlowClaim:
+    scopes = [job.flow_key for job in result.jobs if job.flow_key is not None]
     return FlowClaim(
-        result=read_rows([r[:11] for r in jobs], loads),
+        result=result,
         last_scope=max(scopes) if scopes else None,
-        held=held or 0,
+        held=result.held,
         contended=contended,
-        open_in=open_in,
+        open_in=result.open_in,
     )

@@ -162,7 +162,7 @@ class Children:
                     "metadata": job.metadata,
                     "lease_token": str(job.lease_token),
                     "lease": job.lease.total_seconds(),
-                    "worker_id": job.context.worker_id,
+                    "worker_id": job.context.worker_id if job.context else None,
                 },
             }
             child.conn.send(request)

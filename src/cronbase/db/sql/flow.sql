@@ -151,8 +151,8 @@ SELECT (SELECT array_agg(id ORDER BY priority, run_at, id) FROM cand) AS ids,
 -- window edge as a fixed window allows). Candidates are ranked per scope; a candidate turned away
 -- by one scope still uses its rank in the others, so a claim may take fewer than fit, never
 -- more. The start log of every rate-limited scope gets this claim's starts.
--- Rows: the claimed jobs (as claim_jobs returns them, plus flow_key), then one row whose id is
--- NULL carrying how many candidates were held back and, when a rate held one back, in how many
+-- Rows: the claimed jobs (as claim_jobs returns them), and one row whose job columns are NULL
+-- carrying how many candidates were held back and, when a rate held one back, in how many
 -- seconds its window next has room.
 WITH limited_queues AS MATERIALIZED (
     SELECT name, max_running, rate_n, rate_period FROM {schema}.queues
@@ -213,15 +213,7 @@ WITH limited_queues AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
-    UPDATE {schema}.jobs j
-    SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
-        locked_until = now() + j.lease, lease_token = gen_random_uuid(),
-        started_at = now(), updated_at = now()
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
-              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
-              j.metadata::text AS metadata, j.flow_key
+    /* include: lease_picked */
 ), started AS (
     SELECT n.scope, max(n.rate_n) AS rate_n, count(*) AS n
     FROM claimed c JOIN need n ON n.id = c.id
@@ -244,13 +236,10 @@ WITH limited_queues AS MATERIALIZED (
     LEFT JOIN log l ON l.scope = n.scope
     WHERE cardinality(coalesce(g.starts, l.starts)) >= n.rate_n
 )
-SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease, metadata,
-       NULL::bigint[] AS finished, flow_key, NULL::integer AS held, NULL::float8 AS open_in
-FROM claimed
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT count(*) FROM cand)::integer - (SELECT count(*) FROM claimed)::integer,
-       (SELECT greatest(extract(epoch FROM at - now()), 0)::float8 FROM reopens);
+SELECT * FROM claimed FULL JOIN (
+    SELECT (SELECT count(*) FROM cand)::integer - (SELECT count(*) FROM claimed)::integer AS held,
+           (SELECT greatest(extract(epoch FROM at - now()), 0)::float8 FROM reopens) AS open_in
+) summary ON false;
 
 -- name: prune_flow_logs
 -- Start logs of keys idle for longer than their task's window: no start in them can hold a job

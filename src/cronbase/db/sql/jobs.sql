@@ -127,13 +127,16 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- running in this statement's snapshot, so `due` cannot pick it.
 -- Limited jobs (flow_key set) and the jobs of a limited queue are left to claim_flow_jobs
 -- (flow.sql); the partial indexes leave the first out, the queue test beside the paused one the
--- second.
+-- second. claim_jobs_in_queues is this statement with the queue filter below filled in
+-- (db/queries.py renders both from this text): a worker of some queues walks jobs_queue_due_idx.
 -- Only jobs of %(tasks)s (the worker's registered tasks; NULL: any) are claimed: a job no worker
 -- knows waits for one that does (a rolling deploy, two projects on one database) instead of
 -- burning an attempt. A filter on the same index walk: no sort, and no cost while every waiting
 -- job is known; jobs of an unknown task at the head of the queue are stepped over on each claim
 -- (`cronbase stats` and `check` show them).
--- Rows: the claimed jobs, then one row whose id is NULL carrying the ids of the successes written.
+-- Rows: the claimed jobs (claimed_columns: worker/claim.py reads them by name), and one row whose
+-- job columns are NULL carrying in `written` the ids of the successes written (a FULL JOIN on
+-- false: the claimed rows and that one row, with no column listed twice).
 -- The payload and metadata come as text and the lease as seconds, decoded per job by
 -- worker/claim.py: a row written by other SQL that Python cannot decode (JSON nested 10,000 deep,
 -- a 5,000-digit number) fails that job alone, where psycopg's loaders would fail the fetch of the
@@ -144,16 +147,10 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- A success someone waits for (wait_notify, set by app.jobs.wait) is announced by the
 -- jobs_notify_done trigger (migration 0013); a drain nobody waits on sends no NOTIFY.
 WITH finished AS (
-    UPDATE {schema}.jobs j
-    SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
-        locked_until = NULL, lease_token = NULL, updated_at = now()
-    FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
-        AS o(id, token, result)
-    WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id
-), due AS MATERIALIZED (
+    /* include: complete_jobs */
+), picked AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
-    WHERE status IN ('queued', 'failed') AND run_at <= now()
+    WHERE status IN ('queued', 'failed') AND run_at <= now() /* in_queues */
       AND flow_key IS NULL
       AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
       AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.holds_claims)
@@ -161,70 +158,54 @@ WITH finished AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    UPDATE {schema}.jobs j
-    SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
-        locked_until = now() + j.lease, lease_token = gen_random_uuid(),
-        started_at = now(), updated_at = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
-              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
-              j.metadata::text AS metadata
+    /* include: lease_picked */
 )
-SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease, metadata,
-       NULL::bigint[] AS finished
-FROM claimed
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT array_agg(id) FROM finished);
+SELECT * FROM claimed FULL JOIN (SELECT array_agg(id) AS written FROM finished) w ON false;
 
--- name: claim_jobs_in_queues
--- As claim_jobs, restricted to the worker's queues (uses jobs_queue_due_idx).
+-- fragment: complete_jobs
+-- The one place a job is written succeeded: the successes %(done_ids)b with their lease tokens
+-- and results (claim_jobs carries them; complete_jobs writes them alone). Fenced by the token:
+-- an attempt that lost its lease (reaped, cancelled, retried by an operator) matches nothing and
+-- overwrites nothing. No history row: the job row records its final attempt.
+UPDATE {schema}.jobs j
+SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
+    locked_until = NULL, lease_token = NULL, updated_at = now()
+FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
+    AS o(id, token, result)
+WHERE j.id = o.id AND j.lease_token = o.token
+RETURNING j.id
+
+-- fragment: lease_picked
+-- Lease the rows of the `picked` CTE (claim_jobs, claim_flow_jobs): running, attempt counted, a
+-- fresh lease token. The columns returned are claimed_columns, read by name (worker/claim.py).
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
+    locked_until = now() + j.lease, lease_token = gen_random_uuid(),
+    started_at = now(), updated_at = now()
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
+          j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
+          j.metadata::text AS metadata, j.flow_key
+
+-- name: complete_jobs
+-- Write successes that no claim carries (a worker claiming nothing; a handler's transaction(),
+-- in its own transaction): the ids written in `written`.
 WITH finished AS (
-    UPDATE {schema}.jobs j
-    SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
-        locked_until = NULL, lease_token = NULL, updated_at = now()
-    FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
-        AS o(id, token, result)
-    WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id
-), due AS MATERIALIZED (
-    SELECT id FROM {schema}.jobs j
-    WHERE status IN ('queued', 'failed') AND run_at <= now() AND queue = ANY (%(queues)s::text[])
-      AND flow_key IS NULL
-      AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
-      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.holds_claims)
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE {schema}.jobs j
-    SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
-        locked_until = now() + j.lease, lease_token = gen_random_uuid(),
-        started_at = now(), updated_at = now()
-    FROM due
-    WHERE j.id = due.id
-    RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
-              j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
-              j.metadata::text AS metadata
+    /* include: complete_jobs */
 )
-SELECT id, task, queue, payload, priority, attempts, max_attempts, lease_token, lease, metadata,
-       NULL::bigint[] AS finished
-FROM claimed
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT array_agg(id) FROM finished);
+SELECT array_agg(id) AS written FROM finished;
 
 -- name: finish_jobs
--- Record the outcomes of many attempts in one statement, and a history row per attempt that did
--- not succeed (a success is recorded by the job row itself, as in claim_jobs).
+-- Record the outcomes of many attempts that did not succeed in one statement, with a history row
+-- each (successes are written by the complete_jobs fragment, which claim_jobs carries).
 -- Fenced by the lease token: an attempt that lost its lease (reaped, cancelled, retried by an
 -- operator) matches nothing, so it can never overwrite what a newer attempt wrote.
 -- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up;
 -- 'cancelled' (the handler raised Cancel) ends the job; 'snoozed' (Snooze) puts it back after
 -- retry_in seconds without counting the attempt, unless it has already been snoozed
 -- snooze_cap times: then it is dead (SnoozeLimit); a snooze_cap below 0 is a snooze that is not
--- counted (the handler waited for another attempt's effect). A success stores its result.
+-- counted (the handler waited for another attempt's effect).
 -- No `status = 'running'` test: a token is set only by a claim and cleared by every statement
 -- that ends the attempt, so a matching token means running. With the test the planner started
 -- from jobs_running_lease_idx (statistics say few rows run), which a busy worker fills with dead
@@ -235,12 +216,11 @@ WITH outcome AS (
            CASE WHEN o.snooze_cap < 0 THEN 2147483647 ELSE o.snooze_cap END AS cap
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(outcomes)s::text[],
                 %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
-                %(tracebacks)s::text[], %(results)s::text[], %(snooze_caps)s::integer[])
-        AS o(id, token, outcome, retry_in, error, error_type, traceback, result, snooze_cap)
+                %(tracebacks)s::text[], %(snooze_caps)s::integer[])
+        AS o(id, token, outcome, retry_in, error, error_type, traceback, snooze_cap)
 ), finished AS (
     UPDATE {schema}.jobs j
     SET status = CASE
-            WHEN o.outcome = 'succeeded' THEN 'succeeded'
             WHEN o.outcome = 'cancelled' THEN 'cancelled'
             WHEN o.snoozing AND j.snoozes < o.cap THEN 'queued'
             WHEN o.outcome IN ('dead', 'snoozed') OR j.attempts >= j.max_attempts THEN 'dead'
@@ -258,21 +238,17 @@ WITH outcome AS (
             WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
                  OR (o.snoozing AND j.snoozes < o.cap) THEN NULL
             ELSE now() END,
-        progress = CASE WHEN o.outcome = 'succeeded' THEN 100 ELSE j.progress END,
         last_error = CASE
-            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.cap)
-                THEN j.last_error
+            WHEN o.snoozing AND j.snoozes < o.cap THEN j.last_error
             WHEN o.snoozing
                 THEN format('snoozed %%s times: the task allows %%s (max_snoozes)',
                             j.snoozes + 1, o.snooze_cap)
             ELSE o.error END,
         error_type = CASE
-            WHEN o.outcome = 'succeeded' OR (o.snoozing AND j.snoozes < o.cap)
-                THEN j.error_type
+            WHEN o.snoozing AND j.snoozes < o.cap THEN j.error_type
             WHEN o.snoozing THEN 'SnoozeLimit'
             ELSE o.error_type END,
-        result = CASE WHEN o.outcome = 'succeeded' THEN o.result::jsonb ELSE j.result END,
-        locked_by = CASE WHEN o.outcome = 'succeeded' THEN j.locked_by END,
+        locked_by = NULL,
         locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM outcome o
     WHERE j.id = o.id AND j.lease_token = o.token
@@ -289,7 +265,6 @@ WITH outcome AS (
            CASE WHEN snoozing AND status = 'dead' THEN error_type ELSE given_type END,
            traceback
     FROM finished
-    WHERE status <> 'succeeded'
 )
 SELECT id, status, run_at FROM finished;
 

@@ -1,0 +1,56 @@
+"""Durations in the Python API, one rule for every parameter: a ``timedelta``, or a number of
+seconds (an int or a float), which becomes one. Anything else is a TypeError naming the parameter;
+a number that is no duration (NaN, infinity, past timedelta's 999,999,999 days) or below the
+parameter's least value is a ConfigurationError naming it.
+
+>>> duration("poll_interval", 0.5, positive=True)
+datetime.timedelta(microseconds=500000)
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from .errors import ConfigurationError
+
+DurationLike = timedelta | float  # what the public signatures say: an int is a float to mypy
+_ZERO = timedelta(0)
+
+
+def duration(
+    what: str, value: object, *, positive: bool = False, signed: bool = False
+) -> timedelta:
+    """``value`` as a timedelta. It must be 0 or more, or more than 0 with ``positive``;
+    ``signed`` leaves the range to the caller (whose message says more, as JobOptions.check)."""
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigurationError(f"{what} must be a finite number of seconds, got {value!r}")
+        try:
+            delta = timedelta(seconds=value)
+        except OverflowError:
+            raise ConfigurationError(
+                f"{what} must be at most 999,999,999 days (what a timedelta holds), got "
+                f"{value!r} seconds"
+            ) from None
+    else:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise TypeError(
+            f"{what} must be a timedelta or a number of seconds, got {shown} "
+            f"({type(value).__name__})"
+        )
+    if not signed and (delta < _ZERO or (positive and delta == _ZERO)):
+        least = "more than 0" if positive else "0 or more"
+        raise ConfigurationError(
+            f"{what} must be a duration of {least} (a timedelta or seconds), got {value!r}"
+        )
+    return delta
+
+
+def optional_duration(
+    what: str, value: object, *, positive: bool = False, signed: bool = False
+) -> timedelta | None:
+    """:func:`duration`, or None for None (a parameter whose None means "none", "never")."""
+    return None if value is None else duration(what, value, positive=positive, signed=signed)

@@ -1,0 +1,217 @@
+"""The claimer owns a worker's claiming: how many jobs it may take per queue, the plain claim
+(which carries the completer's waiting successes), the flow claim of limited jobs, the limited
+queues it must leave to the flow claim, jobs claimed by a statement whose reply was lost, and
+handing jobs back. The worker's loop asks it for jobs and runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .claim import ClaimedJob, claim_jobs, claim_params
+from .flow import FlowClaim, candidate_params, claim_flow_jobs, task_flows
+from .outcomes import undecodable
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..db.database import Database
+    from ..task import Task
+    from .completer import Completer
+
+logger = logging.getLogger("cronbase")
+
+# How soon a worker looks again when another worker held the lock of a scope it wanted.
+FLOW_CONTENDED_RETRY = 0.05
+
+
+class Claimer:
+    """Claims jobs for one worker: ``await claim(running)`` leases what fits in its free slots."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        db: Database,
+        worker_id: str,
+        tasks: Mapping[str, Task[Any, Any]],
+        completer: Completer,
+        *,
+        concurrency: int,
+        queues: list[str] | None,
+        queue_caps: dict[str, int] | None,
+        refresh_every: float,
+    ) -> None:
+        self._pool = pool
+        self._db = db
+        self._worker_id = worker_id
+        self._completer = completer
+        self._concurrency = concurrency
+        self._queues = queues
+        self._queue_caps = queue_caps
+        self._task_names = sorted(tasks)
+        # Flow control: the limits this worker's tasks declare, the limited queues it serves
+        # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
+        # robin, and when to look again for jobs a limit held back (None: on usual wake-ups).
+        self._flows = task_flows(tasks)
+        self._limited_queues: frozenset[str] = frozenset()
+        self._refresh_every = refresh_every
+        self._refresh_at = 0.0
+        self._flow_after: str | None = None
+        self.retry_in: float | None = None
+        # Set when a claim failed with its connection: it may have committed unseen.
+        self.may_hold_orphans = False
+
+    async def claim(self, running: Collection[ClaimedJob]) -> list[ClaimedJob]:
+        """Lease due jobs for the free slots (per queue with per-queue concurrency), writing
+        the completer's waiting successes on the way; sorted as they should start."""
+        self.retry_in = None
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._refresh_at:
+            await self._refresh()
+            self._refresh_at = loop.time() + self._refresh_every
+        if self._queue_caps is None:
+            free = self._concurrency - len(running)
+            jobs = await self._claim(free, self._queues) if free > 0 else []
+        else:
+            # A claim per queue with free slots (no prefetch beyond them: graphile-worker's
+            # shared prefetch broke its per-queue limits, #621).
+            busy = Counter(job.queue for job in running)
+            jobs = []
+            for queue, cap in self._queue_caps.items():
+                if cap > busy[queue]:
+                    jobs += await self._claim(cap - busy[queue], [queue])
+        jobs.sort(key=lambda j: (j.priority, j.id))
+        return jobs
+
+    def _is_limited(self, job: ClaimedJob) -> bool:
+        return job.task in self._flows or job.queue in self._limited_queues
+
+    async def _claim(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
+        jobs: list[ClaimedJob] = []
+        if self._flows or self._limited_queues:
+            if any(
+                o.outcome == "succeeded" and self._is_limited(o.job)
+                for o in self._completer.pending_jobs
+            ):
+                # Write the successes first: the slots they held are free for the flow claim.
+                await self._claim_plain(0, queues)
+            jobs = await self._claim_flow(limit, queues)
+            limit -= len(jobs)
+        return jobs + await self._claim_plain(limit, queues)
+
+    async def _claim_plain(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
+        """claim_jobs: up to ``limit`` unlimited jobs, carrying the waiting successes."""
+        with self._completer.carrying() as carried:
+            params = claim_params(
+                done=carried.jobs,
+                limit=limit,
+                worker=self._worker_id,
+                queues=queues,
+                tasks=self._task_names,
+            )
+            if limit <= 0 and not carried.outcomes:
+                return []
+            async with self._pool.connection() as conn:
+                result = await claim_jobs(conn, self._db.queries, params, self._db.json_loads)
+            carried.written = result.written_ids
+        for bad in result.undecodable:
+            # Its own outcome, written like any other; its batch-mates run on.
+            self._completer.add(undecodable(bad))
+        return result.jobs
+
+    async def _claim_flow(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
+        """claim_flow_jobs (flow.py): up to ``limit`` limited jobs that fit in their limits."""
+        params = candidate_params(
+            schema=self._db.schema,
+            limit=limit,
+            flows=self._flows,
+            after=self._flow_after,
+            tasks=self._task_names,
+            queues=queues,
+        )
+        async with self._pool.connection() as conn:
+            flow: FlowClaim = await claim_flow_jobs(
+                conn,
+                self._db.queries,
+                params,
+                worker=self._worker_id,
+                limit=limit,
+                loads=self._db.json_loads,
+            )
+        for bad in flow.result.undecodable:
+            self._completer.add(undecodable(bad))
+        # The next claim's round robin starts after the last scope served (from the start
+        # once none was).
+        self._flow_after = flow.last_scope
+        # Another worker was claiming in a scope this one wanted: its transaction is short, so
+        # look again soon. A rate held a job back: look again when its window has room.
+        retry_in = FLOW_CONTENDED_RETRY if flow.contended else flow.open_in
+        if retry_in is not None:
+            self.retry_in = min(retry_in, self.retry_in or retry_in)
+        return flow.result.jobs
+
+    async def _refresh(self) -> None:
+        """Which queues are limited: their jobs are left to the flow claim. A limit an operator
+        sets holds back the plain claim at once; this worker's flow claim takes the queue's
+        jobs from the next refresh on."""
+        q = self._db.queries
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(q.list_limited_queues)
+            limited = {name for (name,) in await cur.fetchall()}
+            if any(
+                f.rate is not None and f.concurrency_key is not None for f in self._flows.values()
+            ):
+                await conn.execute(q.prune_flow_logs)
+        if self._queues is not None:
+            limited &= set(self._queues)
+        self._limited_queues = frozenset(limited)
+
+    async def release_orphans(self, held: list[ClaimedJob]) -> None:
+        """Hand back jobs leased to this worker by a claim whose reply was lost (all running
+        jobs leased to it but ``held``)."""
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    self._db.queries.release_orphaned_jobs,
+                    {
+                        "worker": self._worker_id,
+                        "tokens": [job.lease_token for job in held],
+                        "channel": self._db.channel,
+                    },
+                )
+                released = [row[0] for row in await cur.fetchall()]
+        except Exception as exc:  # tried again after the next claim; the leases expire anyway
+            logger.warning("could not look for jobs claimed by a lost reply: %s", exc)
+            return
+        self.may_hold_orphans = False
+        if released:
+            logger.warning(
+                "handed back jobs %s: claimed by a statement whose reply was lost (attempt not "
+                "counted)",
+                ", ".join(map(str, released)),
+            )
+
+    async def hand_back(self, jobs: list[ClaimedJob], reason: str) -> None:
+        """Queue ``jobs`` again now, attempt not counted (a stopping worker's unfinished jobs)."""
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    self._db.queries.release_jobs,
+                    {
+                        "ids": [j.id for j in jobs],
+                        "tokens": [j.lease_token for j in jobs],
+                        "worker": self._worker_id,
+                        "channel": self._db.channel,
+                        "reason": reason,
+                    },
+                )
+        except Exception as exc:  # the database may be what failed
+            logger.warning(
+                "could not hand back jobs %s (%s); they run again when their leases expire",
+                ", ".join(str(j.id) for j in jobs),
+                str(exc).strip(),
+            )

@@ -1,0 +1,164 @@
+"""A worker's start: what :meth:`Worker.run` opens and starts before its loop, each step undone
+by the worker's ``AsyncExitStack`` in reverse (pgqueuer's ``qm.run`` holds its helpers the same
+way): the pool, the registration, the metrics server, the signal handlers, and the helpers that
+run beside the loop until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from ..db.notifier import Notifier
+from ..db.pool import describe as describe_url
+from ..maintenance import run_retention
+from ..metrics import serve as serve_metrics
+from ..metrics import stop as stop_metrics
+from ..schedule.scheduler import Scheduler
+from .claimer import Claimer
+from .completer import Completer
+from .executor import Runtime
+from .flow import register_params
+from .health import connect_when_ready
+from .heartbeat import Heartbeater
+from .isolation import Children
+from .overruns import Overruns
+from .reaper import Reaper
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from .worker import Worker
+
+logger = logging.getLogger("cronbase")
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
+    """Open, register, start the helpers; every step is undone by ``stack``, in reverse."""
+    o = self.options
+    stack.callback(self._threads.shutdown, wait=False, cancel_futures=True)
+    # First, so a busy port fails the worker before it connects, registers or says it started
+    # (ConfigurationError, one line).
+    stack.callback(
+        stop_metrics, serve_metrics(o.metrics_port, o.metrics_host, self.metrics.registry)
+    )
+    # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
+    # database (a deploy racing a database restart), saying so.
+    pool = await connect_when_ready(self.db, self.id, wait=not o.burst)
+    stack.push_async_callback(pool.close)
+    if any(t.isolation == "process" for t in self.tasks.values()):
+        self._children = Children(self.db.url, logger.level)
+        stack.callback(self._children.close)
+    await _register(self, pool)
+    stack.push_async_callback(_unregister, self, pool)
+    if o.install_signal_handlers:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, self._on_signal, sig)
+            stack.callback(asyncio.get_running_loop().remove_signal_handler, sig)
+    self._completer = Completer(pool, self.db.queries, self.id, self.metrics)
+    self._claimer = Claimer(
+        pool,
+        self.db,
+        self.id,
+        self.tasks,
+        self._completer,
+        concurrency=o.concurrency,
+        queues=o.queues,
+        queue_caps=o.queue_caps,
+        refresh_every=o.reap_interval,
+    )
+    self._overruns = Overruns(self._count_overrun, lambda: self._heartbeater.progress_changed())
+    self._heartbeater = Heartbeater(
+        pool,
+        self.db.queries,
+        self.id,
+        self._held,
+        self._on_lease_lost,
+        self.metrics.lease_renewals.inc,
+        overruns=self._overruns.snapshot,
+    )
+    self._runtime = Runtime(
+        self.db,
+        self.tasks,
+        self._threads,
+        self._children,
+        self.id,
+        self._progress_from_any_thread,
+        self._on_timeout,
+    )
+    reaper = Reaper(pool, self.db, o.reap_interval)
+    await reaper.reap_once()
+    helpers: dict[str, Coroutine[Any, Any, None]] = {
+        "completer": self._completer.run(),
+        "heartbeat": self._heartbeater.run(),
+        "overruns": self._overruns.run(),
+        "reaper": reaper.run(),
+    }
+    self.notifier = Notifier(
+        lambda: self.db.connect_listener(f"cronbase-listener {self.id}"),
+        self.db.channel,
+        self._on_notify,
+        self._wake.set,
+    )
+    if not o.burst and self.db.listen_url is not None:
+        helpers["listen"] = self.notifier.run()
+    elif not o.burst:
+        logger.info(
+            "transaction pooler and no listen_url: polling every %.1fs instead of LISTEN "
+            "(set CRONBASE_LISTEN_URL to a direct URL for instant pick-up)",
+            o.poll_interval,
+        )
+    if o.schedule:
+        helpers["scheduler"] = Scheduler(self.db, self.tasks, self.periodic).run()
+    if o.retention is not None:
+        helpers["retention"] = run_retention(pool, self.db, o.retention)
+    tasks = [asyncio.create_task(h, name=f"cronbase-{n}") for n, h in helpers.items()]
+    stack.push_async_callback(_cancel, tasks)
+    logger.info(
+        "worker %s started on %s: queues=%s concurrency=%d%s%s",
+        self.id,
+        describe_url(self.db.url),
+        o.describe(),
+        o.concurrency,
+        " burst" if o.burst else "",
+        " schedules" if o.schedule else "",
+    )
+    self.started.set()
+
+
+async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
+    q = self.db.queries
+    async with pool.connection() as conn:
+        await conn.execute(
+            q.register_worker,
+            {
+                "id": self.id,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": self.options.queues,
+                "concurrency": self.options.concurrency,
+                "tasks": sorted(self.tasks),
+            },
+        )
+        # The limits in this code are the fleet's from now on (last worker started wins).
+        await conn.execute(q.register_task_limits, register_params(self.tasks))
+
+
+async def _unregister(self: Worker, pool: AsyncConnectionPool) -> None:
+    try:
+        async with pool.connection() as conn:
+            await conn.execute(self.db.queries.unregister_worker, {"id": self.id})
+    except Exception as exc:  # the database may be what failed; do not hide the cause
+        logger.warning("could not unregister worker %s: %s", self.id, exc)
