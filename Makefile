@@ -14,10 +14,12 @@ demo: $(STAMP)
 	$(VENV)/bin/cronbase demo
 
 # make test ends with the figures the hosts tier measured (tests/hosts: partitions, clock skew,
-# Patroni failovers), printed whether it passed or not.
-test: prerequisites $(STAMP)
+# Patroni failovers), printed whether it passed or not. The Django 6 tests run in their own venv
+# (Django 6 needs Python 3.12+), made by the DJANGO6_STAMP rule below.
+test: prerequisites $(STAMP) $(DJANGO6_STAMP)
 	@summary=$$(mktemp -t cronbase-hosts.XXXXXX); \
-	CRONBASE_HOSTS_SUMMARY=$$summary $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests; \
+	CRONBASE_HOSTS_SUMMARY=$$summary CRONBASE_DJANGO6_PYTHON=$(CURDIR)/$(DJANGO6_VENV)/bin/python \
+		$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests; \
 	status=$$?; echo; $(VENV)/bin/python -m tests.hosts.figures $$summary; \
 	rm -f $$summary; exit $$status
 
@@ -57,6 +59,22 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The Django 6 part of make test. Django 6 (django.tasks) needs Python 3.12+, .venv runs 3.11 with
+# Django 5.2 and the django-tasks backport: a second venv, .venv-django6, holds cronbase with
+# Django 6, built from the first Python 3.12+ scripts/python312.sh finds (pyenv's 3.12.1 first);
+# it stops with one line saying what to install when there is none. make test passes its python
+# as CRONBASE_DJANGO6_PYTHON to the tests that run Django 6 in processes of their own
+# (tests/integration/test_django_tasks.py, tests/browser/test_django_admin.py).
+DJANGO6_VENV = .venv-django6
+DJANGO6_STAMP = $(DJANGO6_VENV)/.cronbase-installed
+
+$(DJANGO6_STAMP): pyproject.toml
+	@python312=$$(sh scripts/python312.sh) || exit 1; \
+	echo "installing cronbase with Django 6 into $(DJANGO6_VENV) from $$python312 (once)..."; \
+	test -x $(DJANGO6_VENV)/bin/python || $$python312 -m venv $(DJANGO6_VENV)
+	$(DJANGO6_VENV)/bin/python -m pip install --quiet -e '.[django6]'
+	touch $(DJANGO6_STAMP)
 
 screenshots: prerequisites $(STAMP)
 	CRONBASE_SCREENSHOTS=docs/screenshots $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/browser/test_screenshots.py

@@ -4,7 +4,6 @@ Django to its test database, so the jobs these tests defer and run never touch t
 # Django's test runner is unittest's: its assertEqual says what differed, a bare assert does not.
 # ruff: noqa: PT009
 
-from django.db import connection
 from django.test import TestCase, TransactionTestCase
 
 import cronbase.testing
@@ -14,26 +13,16 @@ from .models import Order
 from .tasks import confirm_order
 
 
-def jobs_of_order(order_id: int) -> list[tuple[str, str]]:
-    """(task, status) of an order's jobs in the test database, as Django's connection sees them."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT task, status FROM cronbase.jobs WHERE payload->'order_id' = %s::jsonb "
-            "ORDER BY id",
-            [str(order_id)],
-        )
-        return cursor.fetchall()
-
-
 class PlaceOrderTests(TestCase):
     # Each test runs in a transaction rolled back after it: a job deferred in it (a defer in
-    # atomic(), which the test is) is written in that transaction, and goes with it.
+    # atomic(), which the test is) is written in that transaction, and goes with it. Reads in the
+    # test (cronbase.testing.enqueued, app.jobs) see it: they go through that transaction too.
 
     def test_placing_an_order_enqueues_its_confirmation(self) -> None:
         response = self.client.post("/orders", {"sku": "book", "quantity": "2"})
         self.assertEqual(response.status_code, 201)
         order_id = response.json()["order"]
-        self.assertEqual(jobs_of_order(order_id), [("confirm_order", "queued")])
+        cronbase.testing.enqueued(app, task=confirm_order, order_id=order_id).assert_one()
 
     def test_inline_mode_confirms_the_order_at_once(self) -> None:
         with cronbase.testing.inline(app) as run:
@@ -55,4 +44,6 @@ class ConfirmOrderTests(TransactionTestCase):
         self.assertEqual([job.task for job in drained], ["confirm_order"])
         order.refresh_from_db()
         self.assertEqual(order.status, "confirmed")
-        self.assertEqual(jobs_of_order(order.id), [("confirm_order", "succeeded")])
+        cronbase.testing.enqueued(
+            app, task=confirm_order, status="succeeded", order_id=order.id
+        ).assert_one()

@@ -9,10 +9,12 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+from django.db.backends.base.base import NO_DB_ALIAS
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ...db.database import Database
 from .config import Config, alias_url, connection_url
+from .database import DjangoDatabase, settings_of
 
 if TYPE_CHECKING:
     from ...app import App
@@ -43,6 +45,9 @@ class DatabaseFollower:
         # The alias's own connections only, in any thread: they share the settings dict (Django
         # updates it in place for a parallel worker's clone). The test runner's connections to
         # the "postgres" database, to create the test database, are on copies: not followed.
+        if connection.alias == NO_DB_ALIAS:
+            self._release_for(connection)
+            return
         if (
             connection.alias != self.alias
             or connection.settings_dict is not connections.settings[self.alias]
@@ -55,6 +60,15 @@ class DatabaseFollower:
             if url != self._followed:
                 self._move(url)
                 self._followed = url
+
+    def _release_for(self, server: Any) -> None:
+        """Django connected to the server's maintenance database (its test runner, to create or
+        drop a test database): the App's pooled connections are closed (they reopen on use), so
+        that dropping the database they are on is not refused for "other sessions"."""
+        db = self.app.db
+        if db.is_embedded or _dbname(connection_url(server)) == _dbname(db.url):
+            return
+        db.close()
 
     def _move(self, url: str) -> None:
         old = self.app.db
@@ -90,18 +104,10 @@ def database_on(old: Database, url: str) -> Database:
     listen = old.listen_url
     if listen is not None:
         listen = url if listen == old.url else make_conninfo(listen, dbname=_dbname(url))
-    # Every setting given: Database would otherwise read CRONBASE_LISTEN_URL and CRONBASE_POOLER
-    # from the environment, which name the old database.
-    return Database(
-        url,
-        schema=old.schema,
-        listen_url=listen,
-        pooler=old.pooler,
-        pool_size=old.pool_size,
-        max_payload_bytes=old.max_payload_bytes,
-        json_dumps=old.json_dumps,
-        json_loads=old.json_loads,
-    )
+    settings = {**settings_of(old, url), "listen_url": listen}
+    if isinstance(old, DjangoDatabase):
+        return DjangoDatabase(old.source, **settings)
+    return Database(**settings)
 
 
 def _dbname(url: str) -> str | None:

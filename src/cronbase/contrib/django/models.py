@@ -1,2 +1,162 @@
-"""No models (cronbase's tables are its own, created by its migrations): this module is here because
-Django sends ``post_migrate`` only to apps that have one (see schema.apply_schema_without_migrations)."""
+"""cronbase's tables as Django sees them, for the admin (admin.py): unmanaged models, read-only.
+
+cronbase's own migrations create and change these tables; Django never does (``managed = False``,
+and the migration that declares them runs no SQL). Their schema is settings.CRONBASE's: the tables
+are named here for the default one and renamed in ``AppConfig.ready()`` (``use_schema``). They
+also give Django's ``post_migrate`` an app with models, which the schema's creation without
+migrations relies on (schema.apply_schema_without_migrations).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db import models
+
+from ...job import JobStatus
+
+STATUS_CHOICES = [(status.value, status.value) for status in JobStatus]
+
+
+class TextArray(models.Field):  # type: ignore[misc]
+    """A ``text[]`` column, read as a list (psycopg decodes it): ArrayField without
+    ``django.contrib.postgres`` in INSTALLED_APPS, which these read-only columns do not need."""
+
+    def db_type(self, connection: Any) -> str:
+        return "text[]"
+
+
+class Job(models.Model):  # type: ignore[misc]  # django has no type hints here
+    id = models.BigAutoField(primary_key=True)
+    task = models.TextField()
+    queue = models.TextField()
+    payload = models.JSONField()
+    status = models.TextField(choices=STATUS_CHOICES)
+    priority = models.SmallIntegerField(help_text="Lower runs first.")
+    run_at = models.DateTimeField("run at")
+    attempts = models.IntegerField()
+    max_attempts = models.IntegerField("max attempts")
+    lease = models.DurationField()
+    locked_by = models.TextField("worker", null=True)
+    locked_until = models.DateTimeField("lease until", null=True)
+    idempotency_key = models.TextField("idempotency key", null=True)
+    dedupe_key = models.TextField("dedupe key", null=True)
+    progress = models.FloatField(null=True)
+    stage = models.TextField(null=True)
+    last_error = models.TextField("last error", null=True)
+    error_type = models.TextField("error type", null=True)
+    started_at = models.DateTimeField("started", null=True)
+    created_at = models.DateTimeField("enqueued")
+    updated_at = models.DateTimeField("updated")
+    finished_at = models.DateTimeField("finished", null=True)
+    result = models.JSONField(null=True)
+    snoozes = models.IntegerField()
+    workflow_id = models.BigIntegerField("workflow", null=True)
+
+    class Meta:
+        managed = False
+        db_table = '"cronbase"."jobs"'
+        ordering: ClassVar[list[str]] = ["-id"]
+        permissions: ClassVar[list[tuple[str, str]]] = [
+            ("operate_job", "Can retry, cancel and requeue jobs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.id} {self.task}"
+
+
+class JobAttempt(models.Model):  # type: ignore[misc]
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.DO_NOTHING, db_constraint=False, related_name="attempt_rows"
+    )
+    attempt = models.IntegerField()
+    worker = models.TextField(null=True)
+    started_at = models.DateTimeField("started", null=True)
+    finished_at = models.DateTimeField("finished")
+    outcome = models.TextField()
+    error = models.TextField(null=True)
+    error_type = models.TextField("error type", null=True)
+    traceback = models.TextField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = '"cronbase"."job_attempts"'
+        ordering: ClassVar[list[str]] = ["attempt", "finished_at"]
+        verbose_name = "attempt"
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt} of job {self.job_id}"
+
+
+class Schedule(models.Model):  # type: ignore[misc]
+    key = models.TextField(primary_key=True)
+    task = models.TextField()
+    payload = models.JSONField()
+    queue = models.TextField(null=True)
+    cron = models.TextField()
+    tz = models.TextField("time zone")
+    catch_up = models.TextField("catch-up")
+    max_catch_up = models.IntegerField("max catch-up")
+    is_paused = models.BooleanField("paused")
+    source = models.TextField()
+    last_fired_at = models.DateTimeField("last fired", null=True)
+    next_fire_at = models.DateTimeField("next fire")
+    created_at = models.DateTimeField("created")
+    updated_at = models.DateTimeField("updated")
+
+    class Meta:
+        managed = False
+        db_table = '"cronbase"."schedules"'
+        ordering: ClassVar[list[str]] = ["key"]
+
+    def __str__(self) -> str:
+        return f"schedule {self.key}"
+
+
+class Worker(models.Model):  # type: ignore[misc]
+    id = models.TextField(primary_key=True)
+    hostname = models.TextField()
+    pid = models.IntegerField()
+    queues = TextArray(null=True)
+    tasks = TextArray(null=True)
+    concurrency = models.IntegerField()
+    started_at = models.DateTimeField("started")
+    last_seen_at = models.DateTimeField("last heartbeat")
+
+    class Meta:
+        managed = False
+        db_table = '"cronbase"."workers"'
+        ordering: ClassVar[list[str]] = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return f"worker {self.id}"
+
+
+class AuditEntry(models.Model):  # type: ignore[misc]
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField()
+    actor = models.TextField()
+    action = models.TextField()
+    target = models.TextField()
+    detail = models.JSONField()
+
+    class Meta:
+        managed = False
+        db_table = '"cronbase"."audit_log"'
+        ordering: ClassVar[list[str]] = ["-id"]
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.target} by {self.actor}"
+
+
+MODELS: tuple[Any, ...] = (Job, JobAttempt, Schedule, Worker, AuditEntry)
+
+
+def use_schema(schema: str) -> None:
+    """Point the models at cronbase's tables in ``schema`` (settings.CRONBASE's, or the App's)."""
+    for model in MODELS:
+        table = model._meta.db_table.split(".", 1)[1]
+        model._meta.db_table = f'"{schema}".{table}'
