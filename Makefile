@@ -7,6 +7,9 @@
 PYTHON = python3
 VENV = .venv
 STAMP = $(VENV)/.cronbase-installed
+# Defined before the rules that depend on them: make expands a rule's prerequisites as it reads.
+DJANGO6_VENV = .venv-django6
+DJANGO6_STAMP = $(DJANGO6_VENV)/.cronbase-installed
 
 .PHONY: demo test check screenshots prerequisites
 
@@ -66,9 +69,6 @@ $(STAMP): pyproject.toml
 # it stops with one line saying what to install when there is none. make test passes its python
 # as CRONBASE_DJANGO6_PYTHON to the tests that run Django 6 in processes of their own
 # (tests/integration/test_django_tasks.py, tests/browser/test_django_admin.py).
-DJANGO6_VENV = .venv-django6
-DJANGO6_STAMP = $(DJANGO6_VENV)/.cronbase-installed
-
 $(DJANGO6_STAMP): pyproject.toml
 	@python312=$$(sh scripts/python312.sh) || exit 1; \
 	echo "installing cronbase with Django 6 into $(DJANGO6_VENV) from $$python312 (once)..."; \

@@ -100,7 +100,7 @@ def test_a_scope_locked_by_another_claimer_is_skipped_not_overrun(
             tasks=["one"],
             queues=None,
         )
-        ids, locked, _ = other.execute(app.queries.claim_flow_candidates, params).fetchone()
+        ids, locked, *_ = other.execute(app.queries.claim_flow_candidates, params).fetchone()
         assert locked == ["task:one"]
         rows = other.execute(
             app.queries.claim_flow_jobs, {"ids": ids, "locked": locked, "limit": 5, "worker": "w2"}

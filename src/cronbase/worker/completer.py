@@ -38,6 +38,8 @@ CARRY_WAIT = 0.02
 # Seconds between tries to write outcomes while the database fails: doubling up to RETRY_MAX.
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
+# How long a transaction of several statements may idle before the server ends it (see _suspend).
+IDLE_LIMIT = {"milliseconds": "10000"}
 
 
 def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
@@ -235,6 +237,9 @@ class Completer:
         q = self._queries
         keys = sorted({o.waiting_for for o in suspended if o.waiting_for is not None})
         async with conn.transaction():
+            # The event locks are held until COMMIT: a worker cut off before it would keep them
+            # (and wake-ups of those events waiting) until the server's TCP gives up.
+            await conn.execute(q.limit_idle_transaction, IDLE_LIMIT)
             locked: dict[str, bool] = {}
             if keys:
                 cur = await conn.execute(q.lock_event_keys, {"schema": q.schema, "keys": keys})

@@ -113,7 +113,7 @@ async def claim_flow_jobs(
         cur = await conn.execute(queries.claim_flow_candidates, params)
         row = await cur.fetchone()
         assert row is not None
-        ids, locked, needed = row
+        ids, locked, needed, _ = row
         if not ids:
             return FlowClaim()
         contended = len(locked or ()) < needed
@@ -137,7 +137,7 @@ def claim_flow_jobs_sync(
     with conn.transaction():
         row = conn.execute(queries.claim_flow_candidates, params).fetchone()
         assert row is not None
-        ids, locked, needed = row
+        ids, locked, needed, _ = row
         if not ids:
             return FlowClaim()
         contended = len(locked or ()) < needed

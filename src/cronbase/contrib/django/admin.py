@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from ...job import JobStatus
-from ...stats import LIVE_WITHIN
+from ...operations.stats import LIVE_WITHIN
 from . import operator_actions
 from .config import configured
 from .models import AuditEntry, Job, JobAttempt, Schedule, Worker

@@ -1,10 +1,7 @@
-"""What the admin does to jobs: the library's own calls (``app.jobs.retry`` / ``cancel``,
-``cronbase.admin.requeue_dead``), then the audit row the dashboard writes for the same action
-(dashboard/actions.py: action, target and detail alike), with the Django user as the actor.
-
-The dashboard builds its rows in its own module; until the library writes them (see the report of
-issue 25), this module repeats them, and tests/browser/test_django_admin.py checks that the two
-agree row for row.
+"""What the admin does to jobs: the library's own actions (``app.jobs.retry``, ``cancel``,
+``retry_many``, ``cancel_many``, ``requeue_dead``), with the Django user as the actor. The
+library writes the audit row in the action's transaction, so it is the one the dashboard and the
+command line write for the same action (tests/browser/test_django_admin.py compares them).
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ... import admin as library_admin
 from ...errors import CronbaseError
 from . import get_app
 
@@ -37,51 +33,34 @@ def django_actor(request: Any) -> str:
 
 
 def one(request: Any, action: JobAction, job_id: int) -> Done:
-    """Retry or cancel one job (its page's button): the dashboard's ``job.retry`` /
-    ``job.cancel`` row, written only when the library did it (a refusal writes none)."""
-    app = get_app()
+    """Retry or cancel one job (its page's button); a refusal writes no audit row."""
+    jobs = get_app().jobs
+    act = jobs.retry if action == "retry" else jobs.cancel
     try:
-        job = app.jobs.retry(job_id) if action == "retry" else app.jobs.cancel(job_id)
+        act(job_id, actor=django_actor(request))
     except CronbaseError as exc:
         return Done(f"job {job_id} was not {_DONE_WORD[action]}", refused={str(job_id): str(exc)})
-    detail = {"task": job.task, "queue": job.queue, "attempts": job.attempts}
-    app.audit.record(django_actor(request), f"job.{action}", f"job:{job_id}", detail)
     return Done(f"job {job_id} {_DONE_WORD[action]}", ids=[job_id])
 
 
 def bulk(request: Any, action: JobAction, ids: list[int]) -> Done:
-    """Retry or cancel each selected job (the changelist's action): the dashboard's
-    ``jobs.bulk_retry`` / ``jobs.bulk_cancel`` row, with the ids done and why each other one was
-    refused."""
-    app = get_app()
+    """Retry or cancel each selected job (the changelist's action): one audit row with the ids
+    done and why each other one was refused."""
     wanted = sorted(set(ids))
     if len(wanted) > BULK_MAX:
         return Done(
             f"at most {BULK_MAX} jobs at once, {len(wanted)} were selected: nothing was done"
         )
-    done: list[int] = []
-    refused: dict[str, str] = {}
-    for job_id in wanted:
-        try:
-            if action == "retry":
-                app.jobs.retry(job_id)
-            else:
-                app.jobs.cancel(job_id)
-        except CronbaseError as exc:  # its state, or gone
-            refused[str(job_id)] = str(exc)
-        else:
-            done.append(job_id)
-    detail = {"job_ids": done, "refused": refused}
-    app.audit.record(django_actor(request), f"jobs.bulk_{action}", f"jobs:{len(wanted)}", detail)
-    noun = "job" if len(done) == 1 else "jobs"
-    return Done(f"{len(done)} {noun} {_DONE_WORD[action]}", ids=done, refused=refused)
+    jobs = get_app().jobs
+    many = jobs.retry_many if action == "retry" else jobs.cancel_many
+    result = many(wanted, actor=django_actor(request))
+    noun = "job" if len(result.done) == 1 else "jobs"
+    summary = f"{len(result.done)} {noun} {_DONE_WORD[action]}"
+    return Done(summary, ids=result.done, refused=result.refused)
 
 
 def requeue_dead(request: Any, task: str) -> Done:
-    """Run every dead job of ``task`` again now: the dashboard's ``dead.requeue`` row."""
-    app = get_app()
-    ids = library_admin.requeue_dead(app.db, task=task)
-    detail = {"count": len(ids), "job_ids": ids[:100]}
-    app.audit.record(django_actor(request), "dead.requeue", f"task:{task}", detail)
+    """Run every dead job of ``task`` again now."""
+    ids = get_app().jobs.requeue_dead(task=task, actor=django_actor(request))
     noun = "job" if len(ids) == 1 else "jobs"
     return Done(f"{len(ids)} dead {noun} of {task} requeued", ids=ids)

@@ -29,6 +29,7 @@ from django.core import checks
 from django.utils import timezone
 
 from ... import Cancel, EffectInProgress, LeaseLostError, Snooze, current_job
+from ...checks import check_name
 from ...errors import (
     ConfigurationError,
     CronbaseError,
@@ -36,7 +37,6 @@ from ...errors import (
     JobNotFoundError,
 )
 from ...job import JobStatus
-from ...limits import check_name
 from . import get_app
 from . import tasks_api as api
 from .arguments import from_payload, to_payload
