@@ -37,6 +37,7 @@ from .operations.stats import (
     task_stats_async,
     unserved_jobs,
 )
+from .operations.storage import Storage, storage, storage_async
 from .payload.encode import JSONDumps, JSONLoads
 from .retry import Backoff
 from .schedule.scheduler import ScheduleSpec
@@ -371,6 +372,15 @@ class App:
 
     async def stats_async(self) -> Overview:
         return await overview_async(self.db)
+
+    def storage(self) -> Storage:
+        """Per cronbase table: heap and index bytes, live and dead rows, last vacuum; and what
+        holds vacuum back in the database (the oldest open transactions, prepared transactions,
+        replication slots)."""
+        return storage(self.db)
+
+    async def storage_async(self) -> Storage:
+        return await storage_async(self.db)
 
     def task_stats(self, window: DurationLike = timedelta(hours=1)) -> list[TaskStats]:
         """Per task and queue over the last ``window`` (a timedelta or seconds): attempts ended

@@ -231,7 +231,7 @@ def audit_rows(db: Any) -> list[tuple[str, str, str]]:
 
 
 def status_of(db: Any, job_id: int) -> str:
-    row = db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [job_id]).fetchone()
+    row = db.execute("SELECT status FROM cronbase.jobs_all WHERE id = %s", [job_id]).fetchone()
     assert row is not None
     return str(row[0])
 

@@ -270,7 +270,7 @@ def test_a_schedule_reads_in_words_shows_overdue_and_runs_now(
     expect(page.locator("pre.payload").first).to_contain_text('"team": "ops"')
     [(actor, action, target)] = audit_rows(db)
     assert (actor, action, target) == (LOOPBACK_ACTOR, "schedule.run_now", "schedule:weekday:ops")
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (1,)
 
 
 def test_bulk_retry_and_delete_selected_jobs_with_confirmation_and_audit(
@@ -300,9 +300,9 @@ def test_bulk_retry_and_delete_selected_jobs_with_confirmation_and_audit(
     page.get_by_label(f"select job {dead[1]}").check()
     page.get_by_role("button", name="Delete", exact=True).click()
     expect(page.locator("#flash")).to_contain_text("1 job(s) deleted; 1 refused")
-    assert db.execute("SELECT id FROM cronbase.jobs WHERE id = ANY(%s)", (dead,)).fetchall() == [
-        (dead[1],)
-    ]
+    assert db.execute(
+        "SELECT id FROM cronbase.jobs_all WHERE id = ANY(%s)", (dead,)
+    ).fetchall() == [(dead[1],)]
 
 
 def test_tasks_page_switches_windows_and_the_header_names_the_database(

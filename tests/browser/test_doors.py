@@ -404,9 +404,9 @@ def test_hostile_form_fields_are_a_400_naming_them_and_change_nothing(
     huge = client.post("/jobs/bulk", data={"action": "retry", "ids": "1" * 300_000})
     assert huge.status_code == 413
     assert_page_headers(huge)
-    assert db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [job_id]).fetchone() == (
-        "queued",
-    )
+    assert db.execute(
+        "SELECT status FROM cronbase.jobs_all WHERE id = %s", [job_id]
+    ).fetchone() == ("queued",)
     assert not test_app.schedules.get("weekly:sales").is_paused
     assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
     assert audit_rows(db) == []

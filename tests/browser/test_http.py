@@ -585,7 +585,7 @@ def test_bulk_actions_refuse_bad_forms_with_one_line(
         refused = client.post("/jobs/bulk", data={**data, "csrf_token": token})
         assert refused.status_code == 400, data
         assert message in refused.text
-    assert db.execute("SELECT status FROM cronbase.jobs").fetchall() == [("queued",)]
+    assert db.execute("SELECT status FROM cronbase.jobs_all").fetchall() == [("queued",)]
     assert audit_rows(db) == []
 
 

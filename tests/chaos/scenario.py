@@ -191,7 +191,7 @@ class Scenario:
         while True:
             holds = int(
                 self.db.value(
-                    "SELECT count(*) FROM cronbase.jobs WHERE status = 'running' "
+                    "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'running' "
                     "AND locked_by = ANY(%s)",
                     [names],
                 )
@@ -232,7 +232,7 @@ class Scenario:
         self.stopped.add(process.pid)
         stopped_at = self.db_now()
         held = self.db.rows(
-            "SELECT id, attempts FROM cronbase.jobs WHERE status = 'running' AND locked_by = %s",
+            "SELECT id, attempts FROM cronbase.jobs_all WHERE status = 'running' AND locked_by = %s",
             [process.name],
         )
         self.held += [(job_id, attempt, process.name, stopped_at) for job_id, attempt in held]
@@ -247,7 +247,7 @@ class Scenario:
                 # True once nothing it held is running, or what is still running has been past
                 # its lease for longer than the reapers (every 0.2 s) could take.
                 return not db.value(
-                    "SELECT count(*) FROM cronbase.jobs WHERE status = 'running' "
+                    "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'running' "
                     "AND locked_by = %s AND locked_until > now() - %s::interval",
                     [process.name, REAP_GRACE],
                 )
@@ -256,7 +256,7 @@ class Scenario:
                 wait_for(reaped_or_overdue, timeout=60, what=f"the leases of {process.name}")
                 unreaped = db.rows(
                     "SELECT id, task, attempts, round(extract(epoch FROM now() - locked_until)) "
-                    "FROM cronbase.jobs WHERE status = 'running' AND locked_by = %s",
+                    "FROM cronbase.jobs_all WHERE status = 'running' AND locked_by = %s",
                     name,
                 )
                 if unreaped:
@@ -337,7 +337,7 @@ class Scenario:
         late = 0
         for job_id, attempt, worker, stopped_at in self.held:
             status, attempts, locked_by, finished_at = self.db.rows(
-                "SELECT status, attempts, locked_by, finished_at FROM cronbase.jobs WHERE id = %s",
+                "SELECT status, attempts, locked_by, finished_at FROM cronbase.jobs_all WHERE id = %s",
                 [job_id],
             )[0]
             if status != "succeeded" or attempts > attempt or job_id in unreaped:
@@ -383,7 +383,7 @@ class Scenario:
         """Healthy jobs succeeded (poison rows never do)."""
         return int(
             self.db.value(
-                "SELECT count(*) FROM cronbase.jobs WHERE task = ANY(%s) AND status = 'succeeded'",
+                "SELECT count(*) FROM cronbase.jobs_all WHERE task = ANY(%s) AND status = 'succeeded'",
                 [HEALTHY_TASKS],
             )
         )
@@ -430,7 +430,7 @@ class Scenario:
         ids = list(ids)
         f = self.figures
         succeeded = self.db.value(
-            "SELECT count(*) FROM cronbase.jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+            "SELECT count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) AND status = 'succeeded'",
             [ids],
         )
         f.lost = len(ids) - int(succeeded) + missing
@@ -442,7 +442,7 @@ class Scenario:
         )
         f.notes["extra_attempts"] = int(
             self.db.value(
-                "SELECT coalesce(sum(attempts - 1), 0) FROM cronbase.jobs WHERE id = ANY(%s)",
+                "SELECT coalesce(sum(attempts - 1), 0) FROM cronbase.jobs_all WHERE id = ANY(%s)",
                 [ids],
             )
         )
@@ -453,7 +453,7 @@ class Scenario:
         f.missing_effects = int(
             self.db.value(
                 """
-                SELECT count(*) FROM cronbase.jobs j
+                SELECT count(*) FROM cronbase.jobs_all j
                 WHERE j.id = ANY(%s) AND j.status = 'succeeded' AND NOT EXISTS (
                     SELECT FROM chaos_effects e
                     WHERE e.key = CASE j.task
@@ -468,7 +468,7 @@ class Scenario:
         # than the reapers (every 0.2 s) would let it be.
         f.stuck = int(
             self.db.value(
-                "SELECT count(*) FROM cronbase.jobs WHERE status = 'running' "
+                "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'running' "
                 "AND (id = ANY(%s) OR locked_until < now() - %s::interval)",
                 [ids, LEASE + timedelta(seconds=5)],
             )
@@ -520,7 +520,7 @@ def describe_unreaped(db: Observer, worker: str, rows: list[tuple[Any, ...]]) ->
     free = {
         job_id
         for (job_id,) in db.rows(
-            "SELECT id FROM cronbase.jobs WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", [ids]
+            "SELECT id FROM cronbase.jobs_all WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", [ids]
         )
     }
     sessions = db.rows(

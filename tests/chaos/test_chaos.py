@@ -131,7 +131,7 @@ def test_schedulers_killed_in_a_loop_fire_each_slot_once(open_scenario: OpenScen
     expected = int((window_end - first).total_seconds()) + 1
 
     slot_jobs = """
-        SELECT id, (payload->>'scheduled_at')::timestamptz AS slot, status FROM cronbase.jobs
+        SELECT id, (payload->>'scheduled_at')::timestamptz AS slot, status FROM cronbase.jobs_all
         WHERE task = 'slot' AND (payload->>'scheduled_at')::timestamptz BETWEEN %s AND %s
     """
 
@@ -202,20 +202,22 @@ def test_poison_rows_inserted_by_sql_die_alone(open_scenario: OpenScenario) -> N
 
     def settled() -> bool:
         return not s.db.value(
-            "SELECT count(*) FROM cronbase.jobs WHERE id = ANY(%s) AND status <> 'dead'", [dying]
+            "SELECT count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) AND status <> 'dead'",
+            [dying],
         )
 
     wait_for(settled, timeout=60, what="every poison row to end dead")
     wrong: list[str] = []
     for name, reasons in REASONS.items():
         for job_id, status, attempts, error in s.db.rows(
-            "SELECT id, status, attempts, last_error FROM cronbase.jobs WHERE id = ANY(%s)",
+            "SELECT id, status, attempts, last_error FROM cronbase.jobs_all WHERE id = ANY(%s)",
             [poison[name]],
         ):
             if status != "dead" or attempts != 1 or not all(r in (error or "") for r in reasons):
                 wrong.append(f"{name} job {job_id}: {status}, {attempts} attempts, {error!r}")
     unregistered = s.db.rows(
-        "SELECT status, attempts FROM cronbase.jobs WHERE id = ANY(%s)", [poison["unregistered"]]
+        "SELECT status, attempts FROM cronbase.jobs_all WHERE id = ANY(%s)",
+        [poison["unregistered"]],
     )
     s.figures.notes.update(
         poison_rows=len(dying),

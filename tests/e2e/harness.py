@@ -59,7 +59,7 @@ def events(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, str, int
 
 def job_row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     with db.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        row = cur.execute("SELECT * FROM cronbase.jobs WHERE id = %s", (job_id,)).fetchone()
+        row = cur.execute("SELECT * FROM cronbase.jobs_all WHERE id = %s", (job_id,)).fetchone()
     assert row is not None, f"job {job_id} not found"
     return row
 

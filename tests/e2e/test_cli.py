@@ -47,7 +47,9 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def job_rows(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    return db.execute("SELECT id, task, status, attempts FROM cronbase.jobs ORDER BY id").fetchall()
+    return db.execute(
+        "SELECT id, task, status, attempts FROM cronbase.jobs_all ORDER BY id"
+    ).fetchall()
 
 
 def test_migrate_applies_then_reports_up_to_date(database_url: str) -> None:
@@ -104,7 +106,7 @@ def test_enqueue_options_reach_the_job(database_url: str, db: psycopg.Connection
     assert again == first  # the key is taken: the existing job's id, nothing inserted
     row = db.execute(
         "SELECT queue, priority, run_at > now() + interval '50 minutes', idempotency_key "
-        "FROM cronbase.jobs"
+        "FROM cronbase.jobs_all"
     ).fetchall()
     assert row == [("slow", 5, True, "k1")]
 
@@ -115,7 +117,7 @@ def test_enqueue_options_reach_the_job(database_url: str, db: psycopg.Connection
         )
     )
     stored = db.execute(
-        "SELECT run_at = %s::timestamptz FROM cronbase.jobs WHERE id = %s", [at, int(run_at_id)]
+        "SELECT run_at = %s::timestamptz FROM cronbase.jobs_all WHERE id = %s", [at, int(run_at_id)]
     ).fetchone()
     assert stored == (True,)
 
@@ -163,7 +165,7 @@ def test_worker_burst_runs_the_jobs_then_retry_and_cancel(
 
     assert "queued" in ok(cronbase(database_url, "jobs", "retry", str(boom)))
     assert "cancelled" in ok(cronbase(database_url, "jobs", "cancel", str(boom)))
-    assert db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [boom]).fetchone() == (
+    assert db.execute("SELECT status FROM cronbase.jobs_all WHERE id = %s", [boom]).fetchone() == (
         "cancelled",
     )
 
@@ -381,7 +383,7 @@ def test_hostile_queue_names_get_one_line_and_nothing_is_written(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: "), lines
     assert shown in lines[0], lines
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
 
 

@@ -39,7 +39,7 @@ def test_run_at_with_delay_is_one_line_in_the_commands_words(
         )
     )  # fmt: skip
     assert line == "error: give --run-at or --delay, not both"
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
 
 
 def test_a_duplicate_idempotency_key_says_nothing_new_was_enqueued(database_url: str) -> None:
@@ -85,7 +85,7 @@ def test_prune_dry_run_says_what_would_go_and_deletes_nothing(
         "would prune 2 jobs (2 succeeded, 0 cancelled) finished more than 0s ago; "
         "nothing was deleted"
     )
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (2,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (2,)
     out = ok(cronbase(database_url, "prune", "--older-than", "0s"))
     assert out.strip() == "pruned 2 jobs (succeeded, cancelled) finished more than 0s ago"
     week = ok(cronbase(database_url, "prune", "--older-than", "7d", "--dry-run"))

@@ -74,9 +74,9 @@ def test_queue_pause_resume_and_the_audit_log(
     assert "paused" in ok(cronbase(database_url, "queues", "pause", "reports"))
     assert "reports: paused since" in ok(cronbase(database_url, "queues", "list"))
     ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=str(record)))
-    assert db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [job_id]).fetchone() == (
-        "queued",
-    )
+    assert db.execute(
+        "SELECT status FROM cronbase.jobs_all WHERE id = %s", [job_id]
+    ).fetchone() == ("queued",)
     ok(cronbase(database_url, "queues", "resume", "reports"))
     ok(cronbase(database_url, "--app", APP, "worker", "--burst", CLI_TEST_RECORD=str(record)))
     assert record.read_text().split() == ["1"]
@@ -92,7 +92,7 @@ def test_retry_dead_of_a_task_then_prune(database_url: str, db: psycopg.Connecti
     ok(cronbase(database_url, "--app", APP, "worker", "--burst"))
     out = ok(cronbase(database_url, "jobs", "retry", "--dead", "--task", "explode"))
     assert "2 dead jobs queued again (task=explode)" in out
-    rows = db.execute("SELECT id, status FROM cronbase.jobs ORDER BY id").fetchall()
+    rows = db.execute("SELECT id, status FROM cronbase.jobs_all ORDER BY id").fetchall()
     assert rows == [(ids[0], "queued"), (ids[1], "queued")]
     both = cronbase(database_url, "jobs", "retry", "1", "--dead")
     assert both.returncode == 2
@@ -101,7 +101,7 @@ def test_retry_dead_of_a_task_then_prune(database_url: str, db: psycopg.Connecti
     db.execute("UPDATE cronbase.jobs SET finished_at = now() - interval '40 days'")
     out = ok(cronbase(database_url, "prune", "--older-than", "30d", "--status", "dead"))
     assert out.startswith("pruned 2 jobs (dead)")
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
     assert [a for a, _ in audit(db)] == ["dead.requeue", "jobs.prune"]
 
 

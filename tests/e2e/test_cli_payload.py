@@ -25,7 +25,7 @@ def test_enqueue_reads_a_payload_over_128_kb_from_a_file(
         ok(cronbase(database_url, "--app", APP, "enqueue", "explode", "--payload", f"@{source}"))
     )
     stored = db.execute(
-        "SELECT task, payload->>'message' = %s FROM cronbase.jobs WHERE id = %s", [BIG, job_id]
+        "SELECT task, payload->>'message' = %s FROM cronbase.jobs_all WHERE id = %s", [BIG, job_id]
     ).fetchone()
     assert stored == ("explode", True)
 
@@ -43,7 +43,7 @@ def test_enqueue_reads_a_payload_from_stdin(database_url: str, db: psycopg.Conne
     )
     job_id = int(ok(result))
     stored = db.execute(
-        "SELECT length(payload->>'message') FROM cronbase.jobs WHERE id = %s", [job_id]
+        "SELECT length(payload->>'message') FROM cronbase.jobs_all WHERE id = %s", [job_id]
     ).fetchone()
     assert stored == (len(BIG),)
 

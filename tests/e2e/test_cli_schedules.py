@@ -22,7 +22,7 @@ def schedule_rows(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 def slot_jobs(db: psycopg.Connection[Any], key: str) -> list[tuple[Any, ...]]:
     return db.execute(
-        "SELECT idempotency_key, status FROM cronbase.jobs "
+        "SELECT idempotency_key, status FROM cronbase.jobs_all "
         "WHERE idempotency_key LIKE %s ORDER BY idempotency_key",
         [f"schedule:{key}@%"],
     ).fetchall()
@@ -101,7 +101,7 @@ def test_add_list_pause_resume_remove(database_url: str, db: psycopg.Connection[
     before = db.execute("SELECT next_fire_at FROM cronbase.schedules").fetchone()
     job_id = int(ok(cronbase(database_url, "schedules", "run-now", "weekly:12345")))
     row = db.execute(
-        "SELECT task, payload->'n', payload ? 'scheduled_at' FROM cronbase.jobs WHERE id = %s",
+        "SELECT task, payload->'n', payload ? 'scheduled_at' FROM cronbase.jobs_all WHERE id = %s",
         (job_id,),
     ).fetchone()
     assert row == ("record", 12345, True)

@@ -35,7 +35,9 @@ def test_workers_lists_the_live_and_the_gone_with_the_jobs_in_their_hands(
         wait_for(partial(is_registered, db, "killed"), timeout=60, what="worker killed")
         wait_for(
             lambda: (
-                db.execute("SELECT locked_by FROM cronbase.jobs WHERE id = %s", (held,)).fetchone()
+                db.execute(
+                    "SELECT locked_by FROM cronbase.jobs_all WHERE id = %s", (held,)
+                ).fetchone()
                 == ("killed",)
             ),
             timeout=60,
@@ -54,7 +56,7 @@ def test_workers_lists_the_live_and_the_gone_with_the_jobs_in_their_hands(
         wait_for(
             lambda: (
                 db.execute(
-                    "SELECT locked_by FROM cronbase.jobs WHERE id = %s", (second,)
+                    "SELECT locked_by FROM cronbase.jobs_all WHERE id = %s", (second,)
                 ).fetchone()
                 == ("live",)
             ),

@@ -45,7 +45,7 @@ def test_a_job_whose_worker_is_killed_is_finished_by_another_after_the_lease(
     # The reaper wrote A's attempt off only once its lease had run out.
     assert history(db, job_id) == [(1, "lost", "A"), (2, "succeeded", "B")]
     lost_at = db.execute(
-        "SELECT finished_at - started_at FROM cronbase.job_attempts WHERE outcome = 'lost'"
+        "SELECT finished_at - started_at FROM cronbase.job_attempts_all WHERE outcome = 'lost'"
     ).fetchone()
     assert lost_at is not None
     assert lost_at[0] >= timedelta(seconds=2)

@@ -50,7 +50,7 @@ def runs(db: psycopg.Connection[Any], job_id: int) -> list[tuple[str, str, int]]
 
 def status(db: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     row = db.execute(
-        "SELECT status, result, attempts FROM cronbase.jobs WHERE id = %s", (job_id,)
+        "SELECT status, result, attempts FROM cronbase.jobs_all WHERE id = %s", (job_id,)
     ).fetchone()
     assert row is not None
     return tuple(row)
@@ -95,7 +95,7 @@ def test_a_sleeping_job_resumes_on_time_on_another_worker(
     wait_for(
         lambda: (
             db.execute(
-                "SELECT status = 'queued' AND run_at > now() FROM cronbase.jobs WHERE id = %s",
+                "SELECT status = 'queued' AND run_at > now() FROM cronbase.jobs_all WHERE id = %s",
                 (job_id,),
             ).fetchone()
             == (True,)
@@ -104,7 +104,7 @@ def test_a_sleeping_job_resumes_on_time_on_another_worker(
         what="the job to be suspended",
     )
     row = db.execute(
-        "SELECT run_at, attempts, extract(epoch FROM run_at - now()) FROM cronbase.jobs "
+        "SELECT run_at, attempts, extract(epoch FROM run_at - now()) FROM cronbase.jobs_all "
         "WHERE id = %s",
         (job_id,),
     ).fetchone()
@@ -124,7 +124,7 @@ def test_a_sleeping_job_resumes_on_time_on_another_worker(
     assert [w for w, _, _ in seen] == ["before", "after"]  # each step once
     assert (seen[0][2], seen[1][2]) == (first.pid, second.pid)
     history = db.execute(
-        "SELECT outcome FROM cronbase.job_attempts WHERE job_id = %s ORDER BY id", (job_id,)
+        "SELECT outcome FROM cronbase.job_attempts_all WHERE job_id = %s ORDER BY id", (job_id,)
     ).fetchall()
     assert history == [("suspended",)]
 
@@ -141,7 +141,9 @@ def test_an_event_emitted_before_during_or_after_the_wait_is_handled_once(
     wait_for(lambda: status(db, before)[0] == "succeeded", timeout=60, what="the early event")
     wait_for(
         lambda: (
-            db.execute("SELECT waiting_for FROM cronbase.jobs WHERE id = %s", (during,)).fetchone()
+            db.execute(
+                "SELECT waiting_for FROM cronbase.jobs_all WHERE id = %s", (during,)
+            ).fetchone()
             == ("paid:during",)
         ),
         timeout=60,
@@ -175,7 +177,7 @@ def test_a_thousand_child_fan_in_runs_once_with_every_result_through_kills(
     wait_for(
         lambda: (
             db.execute(
-                "SELECT count(*) >= 300 FROM cronbase.jobs WHERE task = 'square' "
+                "SELECT count(*) >= 300 FROM cronbase.jobs_all WHERE task = 'square' "
                 "AND status = 'succeeded'"
             ).fetchone()
             == (True,)

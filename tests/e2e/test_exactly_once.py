@@ -36,7 +36,9 @@ def test_a_thousand_jobs_over_three_workers_each_run_exactly_once(
     ids = tasks.get_task("execute_once").defer_many([{"n": n} for n in range(JOBS)])
     assert len(set(ids)) == JOBS
     wait_for(
-        lambda: count(db, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'") == JOBS,
+        lambda: (
+            count(db, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'") == JOBS
+        ),
         timeout=90,
         what=f"{JOBS} jobs to succeed",
     )
@@ -45,11 +47,11 @@ def test_a_thousand_jobs_over_three_workers_each_run_exactly_once(
     assert len(executions) == JOBS
     assert {job_id for job_id, _ in executions} == set(ids)
     assert sorted(n for _, n in executions) == list(range(JOBS))
-    assert count(db, "SELECT count(*) FROM cronbase.jobs WHERE attempts <> 1") == 0
+    assert count(db, "SELECT count(*) FROM cronbase.jobs_all WHERE attempts <> 1") == 0
     # Every attempt succeeded, so each job's row records its only attempt (no history rows).
-    assert count(db, "SELECT count(*) FROM cronbase.job_attempts") == 0
+    assert count(db, "SELECT count(*) FROM cronbase.job_attempts_all") == 0
     attempts = db.execute(
-        "SELECT status, locked_by, count(*) FROM cronbase.jobs GROUP BY status, locked_by"
+        "SELECT status, locked_by, count(*) FROM cronbase.jobs_all GROUP BY status, locked_by"
     ).fetchall()
     assert {outcome for outcome, _, _ in attempts} == {"succeeded"}
     assert sum(n for _, _, n in attempts) == JOBS

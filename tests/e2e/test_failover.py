@@ -128,7 +128,7 @@ def mapping(conn: psycopg.Connection[Any], query: str, *params: Any) -> dict[Any
 
 
 def statuses(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    return mapping(conn, "SELECT status, count(*) FROM cronbase.jobs GROUP BY status")
+    return mapping(conn, "SELECT status, count(*) FROM cronbase.jobs_all GROUP BY status")
 
 
 class Seen(logging.Handler):
@@ -166,7 +166,7 @@ def explain(conn: psycopg.Connection[Any], folder: Path, twice: dict[str, int]) 
             mine = [row for row in every if row[0] == key]
             lines += [f"  delivered (key, job, attempt, pid) {row}" for row in mine]
             attempts = cur.execute(
-                "SELECT attempt, worker, outcome, error FROM cronbase.job_attempts "
+                "SELECT attempt, worker, outcome, error FROM cronbase.job_attempts_all "
                 "WHERE job_id = %s ORDER BY id",
                 (mine[0][1],),
             ).fetchall()
@@ -302,14 +302,14 @@ def test_workers_and_producer_survive_a_failover_with_no_acknowledged_job_lost(
 
         with psycopg.connect(direct_url(replica), autocommit=True) as new:
             # -- no acknowledged job lost ---------------------------------------------------
-            present = {i for (i,) in new.execute("SELECT id FROM cronbase.jobs").fetchall()}
+            present = {i for (i,) in new.execute("SELECT id FROM cronbase.jobs_all").fetchall()}
             lost = acknowledged - present
             assert lost == set(), f"{len(lost)} acknowledged jobs are not on the new primary"
 
             def acknowledged_succeeded() -> int:
                 return count(
                     new,
-                    "SELECT count(*) FROM cronbase.jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+                    "SELECT count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) AND status = 'succeeded'",
                     list(acknowledged),
                 )
 
@@ -333,13 +333,15 @@ def test_workers_and_producer_survive_a_failover_with_no_acknowledged_job_lost(
             jobs = {
                 int(job_id): (int(n), int(attempts))
                 for job_id, n, attempts in new.execute(
-                    "SELECT id, (payload->>'n')::int, attempts FROM cronbase.jobs"
+                    "SELECT id, (payload->>'n')::int, attempts FROM cronbase.jobs_all"
                 ).fetchall()
             }
             ns = [n for n, _ in jobs.values()]
             assert len(set(ns)) == len(ns), "a payload was enqueued twice"
             unacknowledged_present = sorted(n for n in ns if n in failed_ns)
-            assert count(new, "SELECT count(*) FROM cronbase.jobs WHERE status = 'running'") == 0
+            assert (
+                count(new, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'running'") == 0
+            )
 
             # -- no effect twice, no transactional write twice ------------------------------
             effects = mapping(new, "SELECT key, status FROM cronbase.effects")
@@ -364,7 +366,7 @@ def test_workers_and_producer_survive_a_failover_with_no_acknowledged_job_lost(
             retried = sorted(job_id for job_id, (_, attempts) in jobs.items() if attempts > 1)
             attempt_outcomes = mapping(
                 new,
-                "SELECT coalesce(error_type, outcome), count(*) FROM cronbase.job_attempts "
+                "SELECT coalesce(error_type, outcome), count(*) FROM cronbase.job_attempts_all "
                 "GROUP BY 1",
             )
             ran_after = mapping(
@@ -373,7 +375,7 @@ def test_workers_and_producer_survive_a_failover_with_no_acknowledged_job_lost(
                 killed_wall,
             )
             first_success = new.execute(
-                "SELECT min(finished_at) FROM cronbase.jobs WHERE finished_at > %s",
+                "SELECT min(finished_at) FROM cronbase.jobs_all WHERE finished_at > %s",
                 (killed_wall,),
             ).fetchone()
             assert first_success is not None

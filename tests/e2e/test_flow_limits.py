@@ -44,7 +44,9 @@ def fleet(database_url: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
 def wait_all_done(db: psycopg.Connection[Any], count: int, timeout: float = 60.0) -> None:
     wait_for(
         lambda: (
-            db.execute("SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'").fetchone()
+            db.execute(
+                "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'"
+            ).fetchone()
             == (count,)
         ),
         timeout=timeout,
@@ -77,7 +79,7 @@ def max_starts_in_window(db: psycopg.Connection[Any], task: str, period: str, by
         SELECT coalesce(max(n), 0) FROM (
             SELECT count(*) OVER ({partition} ORDER BY started_at
                                   RANGE BETWEEN CURRENT ROW AND %s::interval FOLLOWING) AS n
-            FROM cronbase.jobs WHERE task = %s
+            FROM cronbase.jobs_all WHERE task = %s
         ) w
         """,
         (f"{period} - 1 microsecond", task),
@@ -139,7 +141,7 @@ def test_rates_hold_in_every_window(
     assert queue_rate == 10
     # Throughput follows the rate: 70 starts at 20/s take at least 3 windows past the first.
     span = db.execute(
-        "SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM cronbase.jobs "
+        "SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM cronbase.jobs_all "
         "WHERE task = 'rated'"
     ).fetchone()
     assert span is not None
@@ -164,14 +166,14 @@ def test_a_full_key_does_not_delay_the_other_keys(
         what="the 60 other keys' jobs done",
     )
     slow_done = db.execute(
-        "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded' AND payload->>'key' = 'slow'"
+        "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded' AND payload->>'key' = 'slow'"
     ).fetchone()
     assert slow_done is not None
     # The other keys were all served while the slow key still had most of its backlog.
     assert slow_done[0] < 10
     waits = db.execute(
         "SELECT max(extract(epoch FROM e.start_at - j.created_at)) FROM flow_executions e "
-        "JOIN cronbase.jobs j ON j.id = e.job_id WHERE e.key LIKE 'k%%'"
+        "JOIN cronbase.jobs_all j ON j.id = e.job_id WHERE e.key LIKE 'k%%'"
     ).fetchone()
     assert waits is not None
     print(f"other keys: longest wait from defer to start {waits[0]:.3f}s")
@@ -216,7 +218,7 @@ def test_a_killed_workers_slot_stays_taken_until_its_job_is_reaped(
             what="the second job ran",
         )
     history = db.execute(
-        "SELECT outcome, finished_at FROM cronbase.job_attempts WHERE job_id = %s", (first,)
+        "SELECT outcome, finished_at FROM cronbase.job_attempts_all WHERE job_id = %s", (first,)
     ).fetchall()
     assert [outcome for outcome, _ in history] == ["lost"]
     reaped_at = history[0][1]

@@ -18,7 +18,7 @@ def test_the_hooks_example_counts_outcomes_and_logs_with_the_job(
     assert (
         result.stdout.splitlines()[-1] == "{'import_orders dead': 1, 'import_orders succeeded': 1}"
     )
-    ids = dict(db.execute("SELECT payload->>'tenant', id FROM cronbase.jobs").fetchall())
+    ids = dict(db.execute("SELECT payload->>'tenant', id FROM cronbase.jobs_all").fetchall())
     lines = result.stderr.splitlines()
     for tenant, day in (("acme", "2026-02-27"), ("globex", "2026-02-30")):
         expected = (

@@ -30,6 +30,7 @@ from psycopg import sql
 import cronbase as cronbase_api
 from cronbase.db import migrate
 from cronbase.db.grants import (
+    FUNCTION_PRIVILEGES,
     SEQUENCE_PRIVILEGES,
     TABLE_PRIVILEGES,
     apply_grants,
@@ -178,7 +179,7 @@ def schema_snapshot(url: str) -> list[Any]:
 
 def statuses(url: str) -> dict[str, int]:
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY 1").fetchall()
+        rows = conn.execute("SELECT status, count(*) FROM cronbase.jobs_all GROUP BY 1").fetchall()
     return dict(rows)
 
 
@@ -348,10 +349,10 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
         ran = cronbase(app_url, "--app", CLI_APP, "worker", "--burst", CLI_TEST_RECORD=str(record))
         assert "permission denied" not in ok(ran) + ran.stderr
         assert owner.execute(
-            "SELECT status FROM cronbase.jobs WHERE id = %s", [explode_id]
+            "SELECT status FROM cronbase.jobs_all WHERE id = %s", [explode_id]
         ).fetchone() == ("dead",)
         assert owner.execute(
-            "SELECT outcome FROM cronbase.job_attempts WHERE job_id = %s", [explode_id]
+            "SELECT outcome FROM cronbase.job_attempts_all WHERE job_id = %s", [explode_id]
         ).fetchall() == [("dead",)]
 
         # -- as app: schedules, fired by `cronbase tick` ----------------------------------------
@@ -406,13 +407,13 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
             " WHERE finished_at IS NOT NULL"
         )
         finished = owner.execute(
-            "SELECT count(*) FROM cronbase.jobs WHERE finished_at IS NOT NULL"
+            "SELECT count(*) FROM cronbase.jobs_all WHERE finished_at IS NOT NULL"
         ).fetchone()
         assert finished == (len(ids) + 2,)  # the slot job and the cancelled one
 
         assert retention_round(app, Retention(succeeded=timedelta(days=7))) == len(ids) + 2
-        assert owner.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
-        assert owner.execute("SELECT count(*) FROM cronbase.job_attempts").fetchone() == (0,)
+        assert owner.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
+        assert owner.execute("SELECT count(*) FROM cronbase.job_attempts_all").fetchone() == (0,)
         assert "pruned 0 jobs" in ok(cronbase(app_url, "prune", "--older-than", "7d"))
         app.close()
 
@@ -499,9 +500,15 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             [SCHEMA],
         ).fetchall()
         assert functions == [
+            ("create_history_days", False),  # FUNCTION_PRIVILEGES grants them
+            ("drop_history_days", False),
+            ("history_settled", True),
+            ("insert_keyed_job", True),
             ("notify_done", True),
             ("parents_results", True),
+            ("repend_dependents", True),
             ("resolve_dependents", True),
+            ("settle_dependents", True),
         ], f"grant EXECUTE on {functions} in cronbase/db/grants.py"
         sequences = owner.execute(
             "SELECT c.relname, d.deptype FROM pg_class c"
@@ -537,5 +544,17 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
                 )
                 assert failed, f"{privilege} on {table} is granted but no statement needs it"
                 for name, error in failed.items():
-                    assert f"permission denied for table {table}" in error, (name, error)
+                    assert re.search(rf"permission denied for (table|view) {table}$", error), (
+                        name,
+                        error,
+                    )
+        for function in FUNCTION_PRIVILEGES:
+            target = sql.SQL("FUNCTION {}.{}").format(sql.Identifier(SCHEMA), sql.SQL(function))
+            owner.execute(sql.SQL("REVOKE EXECUTE ON {} FROM app").format(target))
+            failed = permission_failures(roles.app_url)
+            owner.execute(sql.SQL("GRANT EXECUTE ON {} TO app").format(target))
+            assert failed, f"EXECUTE on {function} is granted but no statement needs it"
+            name = function.partition("(")[0]
+            for statement, error in failed.items():
+                assert f"permission denied for function {name}" in error, (statement, error)
         assert permission_failures(roles.app_url) == {}

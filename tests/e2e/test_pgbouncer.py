@@ -107,7 +107,9 @@ def test_concurrent_defers_and_key_races_through_transaction_mode(
     app.close()
     assert errors == []
     assert len(set(keyed)) == 1
-    assert count(direct, "SELECT count(*) FROM cronbase.jobs") == 2 * THREADS * EACH + THREADS + 1
+    assert (
+        count(direct, "SELECT count(*) FROM cronbase.jobs_all") == 2 * THREADS * EACH + THREADS + 1
+    )
 
 
 def drain_with_workers(
@@ -127,7 +129,9 @@ def drain_with_workers(
             assert len(set(ids)) == jobs
             wait_for(
                 lambda: (
-                    count(direct, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                    count(
+                        direct, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'"
+                    )
                     == jobs
                 ),
                 timeout=120,
@@ -136,7 +140,7 @@ def drain_with_workers(
             executions = conn.execute("SELECT job_id, n FROM test_executions").fetchall()
             assert len(executions) == jobs  # exactly once: none twice, none missing
             assert {job_id for job_id, _ in executions} == set(ids)
-            assert count(direct, "SELECT count(*) FROM cronbase.jobs WHERE attempts <> 1") == 0
+            assert count(direct, "SELECT count(*) FROM cronbase.jobs_all WHERE attempts <> 1") == 0
             for process in processes:
                 process.send(signal.SIGTERM)
             assert [process.wait_exit(timeout=60) for process in processes] == [0, 0, 0]
@@ -191,7 +195,7 @@ def test_schedules_pruning_and_effects_through_transaction_mode(
     fired = asyncio.run(tick_all())
     # SKIP LOCKED shares the schedule out: one ticker fires the slot, the others find it taken.
     assert len({job_id for ids in fired for job_id in ids}) == 1
-    assert count(direct, "SELECT count(*) FROM cronbase.jobs") == 1
+    assert count(direct, "SELECT count(*) FROM cronbase.jobs_all") == 1
 
     # The pruner's lock is transaction-scoped: it works, one pruner at a time, through it.
     with psycopg.connect(direct, autocommit=True) as conn:
@@ -304,7 +308,9 @@ def test_limits_hold_through_transaction_mode(
             app.close()
             wait_for(
                 lambda: (
-                    count(direct, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                    count(
+                        direct, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'"
+                    )
                     == 120
                 ),
                 timeout=120,
@@ -343,7 +349,7 @@ def test_workflows_and_event_waits_through_transaction_mode(
             waiter = t["awaits_event"].defer(key="paid:pool")
             wait_for(
                 lambda: count(
-                    direct, f"SELECT count(*) FROM cronbase.jobs WHERE id = {waiter} "
+                    direct, f"SELECT count(*) FROM cronbase.jobs_all WHERE id = {waiter} "
                     "AND waiting_for = 'paid:pool'"
                 ) == 1,
                 timeout=60,
@@ -353,7 +359,7 @@ def test_workflows_and_event_waits_through_transaction_mode(
             for job_id in (callback, waiter):
                 wait_for(
                     lambda job_id=job_id: count(
-                        direct, f"SELECT count(*) FROM cronbase.jobs WHERE id = {job_id} "
+                        direct, f"SELECT count(*) FROM cronbase.jobs_all WHERE id = {job_id} "
                         "AND status = 'succeeded'"
                     ) == 1,
                     timeout=120,

@@ -118,10 +118,10 @@ def test_two_immediate_restarts_mid_drain_lose_nothing_and_burn_no_attempt(
         restarting: list[float] = []
         recovered: list[float] = []
         for round_ in (1, 2):
-            done = scalar(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+            done = scalar(url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
             wait_for(
                 lambda done=done: (
-                    scalar(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                    scalar(url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
                     >= done + 300
                 ),
                 timeout=120,
@@ -152,7 +152,7 @@ def test_two_immediate_restarts_mid_drain_lose_nothing_and_burn_no_attempt(
         everything = [*ids, *producer.acknowledged]
         wait_for(
             lambda: (
-                scalar(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+                scalar(url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
                 >= len(everything) + 2
             ),
             timeout=120,
@@ -160,14 +160,14 @@ def test_two_immediate_restarts_mid_drain_lose_nothing_and_burn_no_attempt(
         )
         with psycopg.connect(url, autocommit=True) as conn:
             statuses = dict(
-                conn.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY 1").fetchall()
+                conn.execute("SELECT status, count(*) FROM cronbase.jobs_all GROUP BY 1").fetchall()
             )
             executions = conn.execute("SELECT job_id FROM test_executions").fetchall()
             burnt = conn.execute(
-                "SELECT count(*) FROM cronbase.jobs WHERE attempts <> 1"
+                "SELECT count(*) FROM cronbase.jobs_all WHERE attempts <> 1"
             ).fetchone()
             released = conn.execute(
-                "SELECT count(*) FROM cronbase.job_attempts WHERE outcome = 'released'"
+                "SELECT count(*) FROM cronbase.job_attempts_all WHERE outcome = 'released'"
             ).fetchone()
         print(
             f"restarts: 2; acknowledged {len(everything) + 2}; producer failures "

@@ -84,7 +84,7 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_and_lease_and_its_retry_
     wait_for(
         lambda: (
             db.execute(
-                "SELECT now() - started_at > interval '3 seconds' FROM cronbase.jobs WHERE id = %s",
+                "SELECT now() - started_at > interval '3 seconds' FROM cronbase.jobs_all WHERE id = %s",
                 (job_id,),
             ).fetchone()
             == (True,)

@@ -85,7 +85,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     def suspended() -> bool:
         return bool(
             world.rows(
-                "SELECT 1 FROM cronbase.jobs j WHERE id = %s AND status = 'queued' AND EXISTS "
+                "SELECT 1 FROM cronbase.jobs_all j WHERE id = %s AND status = 'queued' AND EXISTS "
                 "(SELECT FROM hosts_runs r WHERE r.job_id = j.id AND r.phase = 'started')",
                 [nap],
             )
@@ -105,7 +105,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
         pytest.fail(
             f"a {NAP:.0f} s durable sleep begun on a host 90 s ahead has not ended on a host "
             f"90 s behind after {NAP + 30:.0f} s: its wake-up time came from the first host's "
-            f"clock; job: {world.rows('SELECT status, run_at, now() FROM cronbase.jobs')}"
+            f"clock; job: {world.rows('SELECT status, run_at, now() FROM cronbase.jobs_all')}"
         )
     began, woke = world.rows(
         "SELECT min(at) FILTER (WHERE phase = 'started'), min(at) FILTER (WHERE phase = 'woke') "
@@ -135,7 +135,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     ]
 
     def due_ids() -> list[int]:
-        return [i for (i,) in world.rows("SELECT id FROM cronbase.jobs WHERE task = 'due'")]
+        return [i for (i,) in world.rows("SELECT id FROM cronbase.jobs_all WHERE task = 'due'")]
 
     wait_for(lambda: len(due_ids()) == DUE, timeout=60, what=f"{DUE} due jobs to be deferred")
     world.wait_drained(spawn_ids + long_ids + due_ids(), timeout=120)
@@ -151,7 +151,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     slot_ids = [
         i
         for (i,) in world.rows(
-            "SELECT id FROM cronbase.jobs WHERE task = 'slot' "
+            "SELECT id FROM cronbase.jobs_all WHERE task = 'slot' "
             "AND (payload->>'scheduled_at')::timestamptz BETWEEN %s AND %s",
             [first_slot, window_end],
         )
@@ -172,7 +172,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     # (The due jobs ran once each: no attempt but the last is recorded, see below; their run_at
     # is the one given at defer time.)
     early = world.rows(
-        "SELECT j.id, j.run_at, r.at, r.host FROM cronbase.jobs j "
+        "SELECT j.id, j.run_at, r.at, r.host FROM cronbase.jobs_all j "
         "JOIN hosts_runs r ON r.job_id = j.id "
         "WHERE j.task = 'due' AND r.phase = 'started' AND r.at < j.run_at"
     )
@@ -183,7 +183,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     # A delay given on a skewed host is counted from the database's now().
     delays = world.rows(
         "SELECT (j.payload->>'n')::int, extract(epoch FROM d.run_at - d.created_at), r.host "
-        "FROM cronbase.jobs d JOIN cronbase.jobs j ON j.task = 'spawn' "
+        "FROM cronbase.jobs_all d JOIN cronbase.jobs_all j ON j.task = 'spawn' "
         "AND j.payload->'n' = d.payload->'n' "
         "JOIN hosts_runs r ON r.job_id = j.id AND r.phase = 'started' WHERE d.task = 'due'"
     )
@@ -195,12 +195,12 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     # -- no lease taken from a live worker -------------------------------------------------------
     # Every attempt of every job succeeded (a suspended one is not an attempt that ended).
     lost = world.rows(
-        "SELECT job_id, attempt, worker, outcome FROM cronbase.job_attempts "
+        "SELECT job_id, attempt, worker, outcome FROM cronbase.job_attempts_all "
         "WHERE outcome <> 'suspended'"
     )
     assert lost == [], f"attempts that did not end in success: {lost}"
     long_jobs = world.rows(
-        "SELECT id, attempts, locked_by, finished_at - started_at FROM cronbase.jobs "
+        "SELECT id, attempts, locked_by, finished_at - started_at FROM cronbase.jobs_all "
         "WHERE id = ANY(%s)",
         [long_ids],
     )
@@ -211,7 +211,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
 
     # -- each slot once, none early --------------------------------------------------------------
     slots: list[tuple[Any, ...]] = world.rows(
-        "SELECT (payload->>'scheduled_at')::timestamptz, created_at, status FROM cronbase.jobs "
+        "SELECT (payload->>'scheduled_at')::timestamptz, created_at, status FROM cronbase.jobs_all "
         "WHERE task = 'slot' AND (payload->>'scheduled_at')::timestamptz BETWEEN %s AND %s",
         [first_slot, window_end],
     )

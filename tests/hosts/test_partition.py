@@ -104,7 +104,7 @@ def test_a_host_cut_off_past_its_lease_is_fenced_and_rejoins(
     cut_for = world.now() - cut_at
     assert cut_for > LEASE, f"the cut lasted {cut_for}, not longer than the lease {LEASE}"
     lost_attempts = world.rows(
-        "SELECT job_id, attempt, finished_at FROM cronbase.job_attempts "
+        "SELECT job_id, attempt, finished_at FROM cronbase.job_attempts_all "
         "WHERE worker = %s AND outcome = 'lost'",
         [VICTIM],
     )
@@ -114,7 +114,7 @@ def test_a_host_cut_off_past_its_lease_is_fenced_and_rejoins(
     finals = {
         job_id: (attempts, by, finished)
         for job_id, attempts, by, finished in world.rows(
-            "SELECT id, attempts, locked_by, finished_at FROM cronbase.jobs WHERE id = ANY(%s)",
+            "SELECT id, attempts, locked_by, finished_at FROM cronbase.jobs_all WHERE id = ANY(%s)",
             [[job_id for job_id, _ in held_at_cut]],
         )
     }
@@ -145,17 +145,17 @@ def test_a_host_cut_off_past_its_lease_is_fenced_and_rejoins(
     ids = first + second
     world.wait_drained(ids, timeout=120)
     assert world.value(
-        "SELECT count(*) FROM cronbase.jobs WHERE id = ANY(%s) AND locked_by = %s",
+        "SELECT count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) AND locked_by = %s",
         [second, VICTIM],
     ) == len(second)
     rejoined_after = world.value(
-        "SELECT min(finished_at) - %s FROM cronbase.jobs WHERE locked_by = %s AND finished_at > %s",
+        "SELECT min(finished_at) - %s FROM cronbase.jobs_all WHERE locked_by = %s AND finished_at > %s",
         [healed_at, VICTIM, healed_at],
     )
 
     # -- nothing lost, nothing twice, nothing late -----------------------------------------------
     assert world.statuses(ids) == {"succeeded": len(ids)}
-    assert world.value("SELECT count(*) FROM cronbase.jobs WHERE status = 'running'") == 0
+    assert world.value("SELECT count(*) FROM cronbase.jobs_all WHERE status = 'running'") == 0
     assert world.duplicate_effects() == {}, "an effect happened twice"
     expected = {effect_key(n) for n in range(JOBS + SECOND)} | {
         transaction_key(n) for n in range(JOBS + SECOND)
@@ -176,7 +176,7 @@ def test_a_host_cut_off_past_its_lease_is_fenced_and_rejoins(
             [job_id, attempt, lost_at],
         )
         assert entered == [], f"job {job_id} attempt {attempt} entered once() after it was lost"
-        final = world.value("SELECT attempts FROM cronbase.jobs WHERE id = %s", [job_id])
+        final = world.value("SELECT attempts FROM cronbase.jobs_all WHERE id = %s", [job_id])
         assert final > attempt
     refused = world.rows(
         "SELECT job_id, attempt, at FROM hosts_runs WHERE host = %s AND phase = 'refused'",
@@ -269,7 +269,7 @@ def test_a_scheduler_cut_off_mid_tick_holds_no_slot_back(world: World) -> None:
     def fired_after_cut() -> int:
         return int(
             world.value(
-                "SELECT count(*) FROM cronbase.jobs WHERE task = 'slot' AND created_at > %s",
+                "SELECT count(*) FROM cronbase.jobs_all WHERE task = 'slot' AND created_at > %s",
                 [cut_at],
             )
         )
@@ -291,7 +291,7 @@ def test_a_scheduler_cut_off_mid_tick_holds_no_slot_back(world: World) -> None:
             f"holds the schedule (its sessions: {locks})"
         )
     resumed_after = world.value(
-        "SELECT min(created_at) - %s FROM cronbase.jobs WHERE task = 'slot' AND created_at > %s",
+        "SELECT min(created_at) - %s FROM cronbase.jobs_all WHERE task = 'slot' AND created_at > %s",
         [cut_at, cut_at],
     )
     world.network.heal(victim)
@@ -309,7 +309,7 @@ def test_a_scheduler_cut_off_mid_tick_holds_no_slot_back(world: World) -> None:
     slots = [
         slot
         for (slot,) in world.rows(
-            "SELECT (payload->>'scheduled_at')::timestamptz FROM cronbase.jobs "
+            "SELECT (payload->>'scheduled_at')::timestamptz FROM cronbase.jobs_all "
             "WHERE task = 'slot' AND (payload->>'scheduled_at')::timestamptz BETWEEN %s AND %s",
             [first_slot, window_end],
         )

@@ -124,7 +124,9 @@ class Drain:
         return None if row is None else row[0]
 
     def succeeded(self) -> int:
-        return int(self.value("SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'") or 0)
+        return int(
+            self.value("SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'") or 0
+        )
 
     def wait_progress(self, jobs: int) -> None:
         """Until ``jobs`` more jobs have succeeded (mid-drain), from now."""
@@ -191,7 +193,7 @@ class Drain:
     def wait_all_succeeded(self) -> None:
         def done() -> bool:
             counts = self.value(
-                "SELECT count(*) FILTER (WHERE status <> 'succeeded') FROM cronbase.jobs"
+                "SELECT count(*) FILTER (WHERE status <> 'succeeded') FROM cronbase.jobs_all"
             )
             return counts == 0
 
@@ -205,7 +207,7 @@ class Drain:
             finished = [
                 row[0]
                 for row in conn.execute(
-                    "SELECT finished_at FROM cronbase.jobs WHERE finished_at IS NOT NULL "
+                    "SELECT finished_at FROM cronbase.jobs_all WHERE finished_at IS NOT NULL "
                     "ORDER BY finished_at"
                 ).fetchall()
             ]
@@ -297,11 +299,11 @@ def check_exactly_once(drain: Drain, calls: list[Call]) -> dict[str, Any]:
     twice; the figures of it."""
     acknowledged = drain.acknowledged(calls)
     with drain.connect() as conn:
-        present = {i for (i,) in conn.execute("SELECT id FROM cronbase.jobs").fetchall()}
+        present = {i for (i,) in conn.execute("SELECT id FROM cronbase.jobs_all").fetchall()}
         lost = acknowledged - present
         assert lost == set(), f"{len(lost)} acknowledged jobs lost: {sorted(lost)[:20]}"
         drain.wait_all_succeeded()
-        ns = [n for (n,) in conn.execute("SELECT (payload->>'n')::int FROM cronbase.jobs")]
+        ns = [n for (n,) in conn.execute("SELECT (payload->>'n')::int FROM cronbase.jobs_all")]
         assert len(ns) == len(set(ns)), "a payload was enqueued twice"
         keys = {failover_app.effect_key(n) for n in ns}
         statuses = dict(conn.execute("SELECT key, status FROM cronbase.effects").fetchall())
@@ -396,7 +398,7 @@ def lost_defers(drain: Drain, calls: list[Call]) -> tuple[list[Call], int]:
     how many of their ids name another job now."""
     with drain.connect() as conn:
         present = dict(
-            conn.execute("SELECT id, (payload->>'n')::int FROM cronbase.jobs").fetchall()
+            conn.execute("SELECT id, (payload->>'n')::int FROM cronbase.jobs_all").fetchall()
         )
     ns = set(present.values())
     lost = [c for c in calls if c.ids is not None and not set(c.ns) <= ns]

@@ -54,22 +54,22 @@ def test_a_slow_lossy_link_keeps_its_leases(world: World, shaper: str) -> None:
 
     per_worker = dict(
         world.rows(
-            "SELECT locked_by, count(*) FROM cronbase.jobs WHERE id = ANY(%s) GROUP BY 1", [ids]
+            "SELECT locked_by, count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) GROUP BY 1", [ids]
         )
     )
     lost = world.rows(
-        "SELECT job_id, attempt, worker FROM cronbase.job_attempts WHERE outcome = 'lost'"
+        "SELECT job_id, attempt, worker FROM cronbase.job_attempts_all WHERE outcome = 'lost'"
     )
     reruns = world.value(
         "SELECT count(*) - count(DISTINCT job_id) FROM hosts_runs WHERE phase = 'started'"
     )
     held_for = world.value(
-        "SELECT min(finished_at - started_at) FROM cronbase.jobs WHERE id = ANY(%s)", [long_ids]
+        "SELECT min(finished_at - started_at) FROM cronbase.jobs_all WHERE id = ANY(%s)", [long_ids]
     )
     assert held_for > 2 * LEASE, f"the long jobs ran {held_for}: no renewal was needed"
     stats = world.network.link_stats(hosts[SLOW])
     long_jobs = world.rows(
-        "SELECT id, attempts, locked_by FROM cronbase.jobs WHERE id = ANY(%s)", [long_ids]
+        "SELECT id, attempts, locked_by FROM cronbase.jobs_all WHERE id = ANY(%s)", [long_ids]
     )
     assert {(attempts, by) for _, attempts, by in long_jobs} == {(1, SLOW)}, long_jobs
     assert lost == [], f"leases lost by live workers: {lost}"

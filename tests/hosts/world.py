@@ -81,10 +81,10 @@ class World:
 
     def statuses(self, ids: Sequence[int] | None = None) -> dict[str, int]:
         if ids is None:
-            rows = self.rows("SELECT status, count(*) FROM cronbase.jobs GROUP BY status")
+            rows = self.rows("SELECT status, count(*) FROM cronbase.jobs_all GROUP BY status")
         else:
             rows = self.rows(
-                "SELECT status, count(*) FROM cronbase.jobs WHERE id = ANY(%s) GROUP BY status",
+                "SELECT status, count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) GROUP BY status",
                 [list(ids)],
             )
         return {status: int(n) for status, n in rows}
@@ -92,7 +92,7 @@ class World:
     def held(self, worker: str) -> list[tuple[int, int]]:
         """(job id, attempt) of the running jobs leased to ``worker``."""
         rows = self.rows(
-            "SELECT id, attempts FROM cronbase.jobs WHERE status = 'running' AND locked_by = %s "
+            "SELECT id, attempts FROM cronbase.jobs_all WHERE status = 'running' AND locked_by = %s "
             "ORDER BY id",
             [worker],
         )

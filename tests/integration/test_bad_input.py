@@ -18,7 +18,7 @@ from cronbase.enqueue.insert import encode_payload
 
 
 def job_count(db: psycopg.Connection[Any]) -> int:
-    found = db.execute("SELECT count(*) FROM cronbase.jobs").fetchone()
+    found = db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone()
     assert found is not None
     return int(found[0])
 

@@ -149,7 +149,7 @@ def test_unknown_parents_are_refused_and_nothing_is_deferred(
     with pytest.raises(cronbase.WorkflowError) as err:
         step.configure(after=[known, 424242, 99]).defer_many([{"n": 2}, {"n": 3}])
     assert str(err.value) == "unknown parent job(s) in after=: 99, 424242; nothing was deferred"
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (1,)
     for bad, message in [
         ([0], "after must list job ids (positive integers), got 0"),
         (["7"], "after must list job ids (positive integers), got '7'"),
@@ -189,7 +189,7 @@ def test_parents_ended_by_other_sql_release_and_cancel_their_dependents(
     db.execute("UPDATE cronbase.jobs SET status = 'succeeded' WHERE id IN (%s, %s)", (one, two))
     db.execute("UPDATE cronbase.jobs SET status = 'cancelled' WHERE id = %s", (three,))
     row = db.execute(
-        "SELECT status, parents_left FROM cronbase.jobs WHERE id = %s", (waits_two,)
+        "SELECT status, parents_left FROM cronbase.jobs_all WHERE id = %s", (waits_two,)
     ).fetchone()
     assert row == ("queued", 0)
     assert status(app, waits_three) is S.CANCELLED
@@ -207,7 +207,7 @@ def test_a_defer_in_the_callers_transaction_commits_or_rolls_back_with_it(
         conn.rollback()
         child = step.configure(after=[parent], connection=conn).defer()
         conn.commit()
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (2,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (2,)
     drain(app)
     assert status(app, child) is S.SUCCEEDED
 
@@ -244,7 +244,7 @@ def test_many_parents_finishing_at_once_release_the_child_exactly_once(
         thread.join()
     assert errors == []
     rows = db.execute(
-        "SELECT status, parents_left FROM cronbase.jobs WHERE id = ANY(%s)", (children,)
+        "SELECT status, parents_left FROM cronbase.jobs_all WHERE id = ANY(%s)", (children,)
     ).fetchall()
     assert rows == [("queued", 0)] * 3
 

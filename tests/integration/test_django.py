@@ -67,7 +67,7 @@ def migrated_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture
 def migrated(migrated_url: str, tmp_path: Path) -> Site:
     with psycopg.connect(migrated_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE cronbase.jobs, shop_order, shop_summary RESTART IDENTITY CASCADE")
+        conn.execute("TRUNCATE cronbase.jobs, cronbase.jobs_history, shop_order, shop_summary RESTART IDENTITY CASCADE")
     return Site(migrated_url, tmp_path)
 
 
@@ -153,7 +153,7 @@ def test_manage_migrate_applies_cronbase_schema_then_the_worker_runs_the_views_j
     assert site.rows("SELECT status, confirmed_at IS NOT NULL FROM shop_order") == [
         ("confirmed", True)
     ]
-    assert site.rows("SELECT status FROM cronbase.jobs") == [("succeeded",)]
+    assert site.rows("SELECT status FROM cronbase.jobs_all") == [("succeeded",)]
 
 
 def test_manage_migrate_after_cronbase_migrate_finds_nothing_to_do(site: Site) -> None:
@@ -224,12 +224,14 @@ def test_a_defer_inside_atomic_commits_with_the_block(migrated: Site) -> None:
     assert seen["keyed"][0] == seen["keyed"][1]
     assert migrated.rows(
         "SELECT idempotency_key, run_at - created_at BETWEEN interval '4 minutes' "
-        f"AND interval '6 minutes' FROM cronbase.jobs WHERE id = {seen['keyed'][0]}"
+        f"AND interval '6 minutes' FROM cronbase.jobs_all WHERE id = {seen['keyed'][0]}"
     ) == [("o-1", True)]
     # NOTIFY fires on commit only, and a worker then runs what is due.
     migrated.ok("cronbase", "worker", "--burst")
     assert migrated.rows("SELECT status FROM shop_order") == [("confirmed",)]
-    assert migrated.rows("SELECT status, count(*) FROM cronbase.jobs GROUP BY 1 ORDER BY 1") == [
+    assert migrated.rows(
+        "SELECT status, count(*) FROM cronbase.jobs_all GROUP BY 1 ORDER BY 1"
+    ) == [
         ("queued", 1),
         ("succeeded", 2),
     ]
@@ -237,7 +239,7 @@ def test_a_defer_inside_atomic_commits_with_the_block(migrated: Site) -> None:
 
 def test_a_rolled_back_atomic_block_takes_its_job_with_it(migrated: Site) -> None:
     assert migrated.scenario("rollback") == {"orders": 0, "after": []}
-    assert migrated.rows("SELECT count(*) FROM cronbase.jobs") == [(0,)]
+    assert migrated.rows("SELECT count(*) FROM cronbase.jobs_all") == [(0,)]
 
 
 def test_a_rolled_back_savepoint_drops_only_its_own_job(migrated: Site) -> None:
@@ -285,14 +287,14 @@ def test_manage_cronbase_tick_fires_the_due_periodic_task(migrated: Site) -> Non
     assert len(due) == 1
     migrated.ok("cronbase", "tick")
     assert migrated.rows("SELECT taken_at FROM shop_summary") == [due[0]]
-    assert migrated.rows("SELECT task, status FROM cronbase.jobs") == [
+    assert migrated.rows("SELECT task, status FROM cronbase.jobs_all") == [
         ("summarize_orders", "succeeded")
     ]
 
 
 def test_manage_cronbase_enqueue_stats_and_errors(migrated: Site) -> None:
     job_id = migrated.ok("cronbase", "enqueue", "confirm_order", "--payload", '{"order_id": 5}')
-    assert migrated.rows("SELECT id, queue FROM cronbase.jobs") == [(int(job_id), "orders")]
+    assert migrated.rows("SELECT id, queue FROM cronbase.jobs_all") == [(int(job_id), "orders")]
     assert "orders" in migrated.ok("cronbase", "stats")
     assert "worker" in migrated.ok("cronbase", "--help")
     assert "--burst" in migrated.ok("cronbase", "worker", "--help")
@@ -448,11 +450,11 @@ def test_manage_test_runs_the_shops_tests_on_the_test_database(
     # the burst worker in the test, was in the test database (its id sequence moved), which
     # Django's flush after the test emptied of its orders and of cronbase's jobs alike.
     assert rows_of(kept_test_database, "SELECT is_called FROM cronbase.jobs_id_seq") == [(True,)]
-    assert rows_of(kept_test_database, "SELECT count(*) FROM cronbase.jobs") == [(0,)]
+    assert rows_of(kept_test_database, "SELECT count(*) FROM cronbase.jobs_all") == [(0,)]
     assert rows_of(kept_test_database, "SELECT count(*) FROM shop_order") == [(0,)]
     # The project's database saw nothing.
     assert site.rows("SELECT is_called FROM cronbase.jobs_id_seq") == [(False,)]
-    assert site.rows("SELECT count(*) FROM cronbase.jobs") == [(0,)]
+    assert site.rows("SELECT count(*) FROM cronbase.jobs_all") == [(0,)]
     assert site.rows("SELECT count(*) FROM shop_order") == [(0,)]
 
 

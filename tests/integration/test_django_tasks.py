@@ -186,7 +186,7 @@ def test_the_django6_example_runs_its_tasks_through_cronbase_workers(
         status, body = signed["kept"]
         assert (status, signed["refused"]) == (201, 500)
         assert signed["subscribers"] == ["ada@example.com"]
-        assert example.rows("SELECT count(*) FROM cronbase.jobs") == [(1,)]
+        assert example.rows("SELECT count(*) FROM cronbase.jobs_all") == [(1,)]
         # OPTIONS' unique window: a second welcome for the same subscriber is the same job.
         assert signed["again"] == body["task"]
 
@@ -195,7 +195,7 @@ def test_the_django6_example_runs_its_tasks_through_cronbase_workers(
         ids = [body["task"], *(enqueued[k] for k in ("crm", "crm_down", "digest", "count"))]
         wait_for(
             lambda: example.rows(
-                "SELECT count(*) = 5 FROM cronbase.jobs "
+                "SELECT count(*) = 5 FROM cronbase.jobs_all "
                 "WHERE status IN ('succeeded', 'dead', 'cancelled')"
             )[0][0],
             timeout=60,

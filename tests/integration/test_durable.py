@@ -26,7 +26,7 @@ def row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     with db.cursor(row_factory=psycopg.rows.dict_row) as cur:
         found = cur.execute(
             "SELECT status, attempts, waiting_for, run_at, run_at - now() AS left, result"
-            " FROM cronbase.jobs WHERE id = %s",
+            " FROM cronbase.jobs_all WHERE id = %s",
             (job_id,),
         ).fetchone()
     assert found is not None
@@ -239,14 +239,14 @@ def test_emits_racing_suspensions_lose_no_wake_up(
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             done = db.execute(
-                "SELECT count(*) FROM cronbase.jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+                "SELECT count(*) FROM cronbase.jobs_all WHERE id = ANY(%s) AND status = 'succeeded'",
                 (ids,),
             ).fetchone()
             if done == (len(ids),):
                 break
             time.sleep(0.1)
     asleep = db.execute(
-        "SELECT id FROM cronbase.jobs WHERE id = ANY(%s) AND status <> 'succeeded'", (ids,)
+        "SELECT id FROM cronbase.jobs_all WHERE id = ANY(%s) AND status <> 'succeeded'", (ids,)
     ).fetchall()
     assert asleep == []
     assert [app.jobs.get(i).result for i in ids] == keys

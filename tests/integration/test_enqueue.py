@@ -25,7 +25,7 @@ def db_now(db: psycopg.Connection[Any]) -> datetime:
 
 
 def job_count(db: psycopg.Connection[Any]) -> int:
-    found = db.execute("SELECT count(*) FROM cronbase.jobs").fetchone()
+    found = db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone()
     assert found is not None
     return int(found[0])
 
@@ -94,7 +94,7 @@ def test_defer_many_returns_ids_in_input_order_with_matching_payloads(
     numbers = [5, 3, 9, 1, 7, 2, 8, 0, 6, 4] * 30
     ids = send.configure(priority=1).defer_many([{"invoice_id": n} for n in numbers])
     assert len(ids) == len(numbers) == len(set(ids))
-    rows = {r[0]: r[1:] for r in db.execute("SELECT id, payload, priority FROM cronbase.jobs")}
+    rows = {r[0]: r[1:] for r in db.execute("SELECT id, payload, priority FROM cronbase.jobs_all")}
     assert [rows[i] for i in ids] == [({"invoice_id": n}, 1) for n in numbers]
     # One statement, so one transaction: every row carries the same xmin.
     xmins = db.execute("SELECT count(DISTINCT xmin::text) FROM cronbase.jobs").fetchone()
@@ -171,7 +171,9 @@ def test_a_job_deferred_on_the_callers_connection_exists_only_if_it_commits(
             defer_then_fail()
     assert len(rolled_back) == 2
     assert job_count(db) == 3
-    assert {committed, keyed, *many} == {r[0] for r in db.execute("SELECT id FROM cronbase.jobs")}
+    assert {committed, keyed, *many} == {
+        r[0] for r in db.execute("SELECT id FROM cronbase.jobs_all")
+    }
     with pytest.raises(cronbase.JobNotFoundError, match=f"no job with id {rolled_back[0]}"):
         app.jobs.get(rolled_back[0])
 
@@ -196,7 +198,11 @@ async def test_async_connection_commit_keeps_the_job_and_rollback_drops_it(
 
         with pytest.raises(RuntimeError):
             await defer_then_fail()
-    assert {r[0] for r in db.execute("SELECT id FROM cronbase.jobs")} == {committed, keyed, *many}
+    assert {r[0] for r in db.execute("SELECT id FROM cronbase.jobs_all")} == {
+        committed,
+        keyed,
+        *many,
+    }
 
 
 def test_a_connection_of_the_wrong_kind_is_refused_by_name(

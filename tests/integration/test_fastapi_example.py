@@ -37,7 +37,9 @@ def url_of(conninfo: str) -> str:
 
 
 def jobs(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    return db.execute("SELECT id, task, queue, payload FROM cronbase.jobs ORDER BY id").fetchall()
+    return db.execute(
+        "SELECT id, task, queue, payload FROM cronbase.jobs_all ORDER BY id"
+    ).fetchall()
 
 
 def orders(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -116,7 +118,7 @@ def test_orders_commit_with_their_job_a_declined_one_leaves_neither_and_the_job_
     example.app.run_worker(
         burst=True, install_signal_handlers=False, schedule=False, retention=None
     )
-    status = db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [placed["job_id"]])
+    status = db.execute("SELECT status FROM cronbase.jobs_all WHERE id = %s", [placed["job_id"]])
     assert status.fetchone() == ("succeeded",)
     assert f"order {placed['order_id']} confirmed" in capsys.readouterr().out
 

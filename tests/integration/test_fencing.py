@@ -77,7 +77,7 @@ def release(
 
 def row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     with db.cursor(row_factory=dict_row) as cur:
-        found = cur.execute("SELECT * FROM cronbase.jobs WHERE id = %s", (job_id,)).fetchone()
+        found = cur.execute("SELECT * FROM cronbase.jobs_all WHERE id = %s", (job_id,)).fetchone()
     assert found is not None
     return found
 
@@ -132,7 +132,7 @@ def test_the_table_refuses_a_token_on_a_job_that_is_not_running(
         db.execute("UPDATE cronbase.jobs SET status = 'succeeded' WHERE id = %s", [job.id])
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_lease_token_iff_running"):
         db.execute("UPDATE cronbase.jobs SET lease_token = NULL WHERE id = %s", [job.id])
-    status = db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", [job.id]).fetchone()
+    status = db.execute("SELECT status FROM cronbase.jobs_all WHERE id = %s", [job.id]).fetchone()
     assert status == ("running",)
 
 

@@ -42,7 +42,7 @@ def register(app: cronbase.App, conn: psycopg.Connection[Any]) -> None:
 
 def running(db: psycopg.Connection[Any]) -> list[tuple[str, str | None]]:
     return db.execute(
-        "SELECT task, flow_key FROM cronbase.jobs WHERE status = 'running' ORDER BY id"
+        "SELECT task, flow_key FROM cronbase.jobs_all WHERE status = 'running' ORDER BY id"
     ).fetchall()
 
 
@@ -59,9 +59,9 @@ def test_key_concurrency_admits_one_job_per_key(
     # Full: the next claim finds nothing (and leaves the other 9 queued).
     again = claim(app, db, 10)
     assert again.result.jobs == []
-    assert db.execute("SELECT count(*) FROM cronbase.jobs WHERE status = 'queued'").fetchone() == (
-        9,
-    )
+    assert db.execute(
+        "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'queued'"
+    ).fetchone() == (9,)
 
 
 def test_global_concurrency_counts_running_jobs(
@@ -77,7 +77,7 @@ def test_global_concurrency_counts_running_jobs(
     # One ends (any statement that ends it frees the slot: here other SQL).
     db.execute(
         "UPDATE cronbase.jobs SET status = 'succeeded', lease_token = NULL, finished_at = now() "
-        "WHERE id = (SELECT min(id) FROM cronbase.jobs WHERE status = 'running')"
+        "WHERE id = (SELECT min(id) FROM cronbase.jobs_all WHERE status = 'running')"
     )
     assert len(claim(app, db, 10).result.jobs) == 1
 

@@ -24,5 +24,5 @@ def test_the_flow_control_example_keeps_its_limits(
         "took at least 2 s: True",
     ]
     assert db.execute(
-        "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'"
+        "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'"
     ).fetchone() == (15 + 12 + 25 + 1,)

@@ -76,10 +76,12 @@ def test_a_key_template_naming_a_missing_field_writes_nothing(
     )
     with pytest.raises(cronbase.PayloadError):
         job.defer_many([{"tenant_id": 1}, {"tenant": 2}])
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
     # The key can come from configure instead; a task without a key limit refuses one.
     job.configure(concurrency_key="tenant:9").defer(tenant=3)
-    assert db.execute("SELECT flow_key FROM cronbase.jobs").fetchall() == [("key:job|tenant:9",)]
+    assert db.execute("SELECT flow_key FROM cronbase.jobs_all").fetchall() == [
+        ("key:job|tenant:9",)
+    ]
 
     @app.task
     def plain() -> None: ...
@@ -102,7 +104,7 @@ def test_scopes_of_deferred_jobs(app: cronbase.App, db: psycopg.Connection[Any])
     keyed.defer(a="x", b=1)
     keyed.defer_many([{"a": "y", "b": 2}, {"a": "z", "b": 3}])
     free.defer()
-    assert db.execute("SELECT task, flow_key FROM cronbase.jobs ORDER BY id").fetchall() == [
+    assert db.execute("SELECT task, flow_key FROM cronbase.jobs_all ORDER BY id").fetchall() == [
         ("whole", "task:whole"),
         ("keyed", "key:keyed|x-1"),
         ("keyed", "key:keyed|y-2"),

@@ -207,7 +207,7 @@ def test_defer_middleware_stores_metadata_the_handler_reads(
         "default",
         [{"n": 2}, {"n": 3}],
     )
-    stored = dict(db.execute("SELECT id, metadata FROM cronbase.jobs").fetchall())
+    stored = dict(db.execute("SELECT id, metadata FROM cronbase.jobs_all").fetchall())
     assert stored == {
         one: {"trace": {"id": 0}},
         many[0]: {"trace": {"id": 1}},
@@ -230,9 +230,9 @@ def test_a_job_without_metadata_stores_null_and_bad_metadata_from_sql_is_ignored
 
     plain = handler.defer(n=1)
     odd = handler.defer(n=2)
-    assert db.execute("SELECT metadata FROM cronbase.jobs WHERE id = %s", [plain]).fetchone() == (
-        None,
-    )
+    assert db.execute(
+        "SELECT metadata FROM cronbase.jobs_all WHERE id = %s", [plain]
+    ).fetchone() == (None,)
     db.execute("UPDATE cronbase.jobs SET metadata = '[1, 2]' WHERE id = %s", [odd])
     run_burst(app)
     assert sorted(got) == [(1, None), (2, None)]
@@ -254,7 +254,7 @@ def test_a_defer_middleware_that_raises_loses_no_job(
 
     with caplog.at_level(logging.ERROR, logger="cronbase"):
         job_id = handler.defer()
-    assert db.execute("SELECT id FROM cronbase.jobs").fetchall() == [(job_id,)]
+    assert db.execute("SELECT id FROM cronbase.jobs_all").fetchall() == [(job_id,)]
     assert any("broken raised on entry; ignored" in r.getMessage() for r in caplog.records)
 
 
@@ -270,13 +270,13 @@ def test_a_connection_source_puts_sync_defers_in_its_transaction(
         current.append(conn)
         handler.defer(n=1)
         handler.defer_many([{"n": 2}])
-        assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
         conn.rollback()
         handler.defer(n=3)
         conn.commit()
         current.clear()  # no source answers: the App's own pool, committed at once
         handler.defer(n=4)
-    rows = db.execute("SELECT payload->>'n' FROM cronbase.jobs ORDER BY id").fetchall()
+    rows = db.execute("SELECT payload->>'n' FROM cronbase.jobs_all ORDER BY id").fetchall()
     assert rows == [("3",), ("4",)]
 
 
@@ -335,7 +335,7 @@ def test_a_failing_middleware_entry_does_not_chain_to_the_handlers_error(
     job_id = handler.defer()
     run_burst(app)
     (traceback,) = db.execute(
-        "SELECT traceback FROM cronbase.job_attempts WHERE job_id = %s", [job_id]
+        "SELECT traceback FROM cronbase.job_attempts_all WHERE job_id = %s", [job_id]
     ).fetchone() or ("",)
     assert "ValueError: the handler's own" in traceback
     assert "middleware entry" not in traceback  # no "During handling of ..." from the middleware
@@ -355,5 +355,5 @@ def test_metadata_json_cannot_hold_is_dropped_not_the_defer(
 
     with caplog.at_level(logging.ERROR, logger="cronbase"):
         job_id = handler.defer()
-    assert db.execute("SELECT id, metadata FROM cronbase.jobs").fetchall() == [(job_id, None)]
+    assert db.execute("SELECT id, metadata FROM cronbase.jobs_all").fetchall() == [(job_id, None)]
     assert any("metadata of a defer of handler dropped" in r.getMessage() for r in caplog.records)

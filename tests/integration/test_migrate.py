@@ -102,7 +102,8 @@ def test_0006_moves_a_success_recorded_in_the_history_to_the_job_row(
     )
     assert migrate.apply_migrations(conn, name)[0] == "0006_success_in_job_row"
     history = conn.execute(
-        f"SELECT job_id, attempt, worker, outcome FROM {name}.job_attempts ORDER BY job_id, attempt"
+        f"SELECT job_id, attempt, worker, outcome FROM {name}.job_attempts_all"
+        " ORDER BY job_id, attempt"
     ).fetchall()
     # Job 2 was retried after its success (queued again): its history row stays.
     assert history == [(1, 1, "A", "failed"), (2, 1, "C", "succeeded")]

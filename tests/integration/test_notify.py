@@ -28,7 +28,7 @@ def listener_pids(db: psycopg.Connection[Any]) -> list[int]:
 
 
 def status(db: psycopg.Connection[Any], job_id: int) -> str:
-    row = db.execute("SELECT status FROM cronbase.jobs WHERE id = %s", (job_id,)).fetchone()
+    row = db.execute("SELECT status FROM cronbase.jobs_all WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
     return str(row[0])
 

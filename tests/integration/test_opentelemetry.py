@@ -65,7 +65,7 @@ def run_burst(app: cronbase.App) -> None:
 
 
 def stored(db: psycopg.Connection[Any], job_id: int) -> Any:
-    row = db.execute("SELECT metadata FROM cronbase.jobs WHERE id = %s", [job_id]).fetchone()
+    row = db.execute("SELECT metadata FROM cronbase.jobs_all WHERE id = %s", [job_id]).fetchone()
     assert row is not None, f"no job {job_id}"
     return row[0]
 
@@ -315,7 +315,7 @@ def test_a_defer_in_the_callers_transaction_rolls_back_with_it(
         conn.rollback()
         kept = handler.configure(connection=conn).defer(n=4)
         conn.commit()
-    rows = db.execute("SELECT id, metadata ? 'otel' FROM cronbase.jobs").fetchall()
+    rows = db.execute("SELECT id, metadata ? 'otel' FROM cronbase.jobs_all").fetchall()
     assert rows == [(kept, True)]
     # The sends happened as far as the caller could tell; the rollback undid their jobs.
     assert len(traced.spans(SpanKind.PRODUCER)) == 3
@@ -341,7 +341,7 @@ def test_a_defer_that_fails_leaves_an_error_span_and_no_job(
     assert producer.status.status_code is StatusCode.ERROR
     assert (producer.attributes or {})["error.type"] == "cronbase.errors.PayloadError"
     assert "messaging.message.id" not in (producer.attributes or {})
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
 
 
 def test_instrument_is_idempotent_and_uninstrument_stops_tracing(
@@ -396,7 +396,7 @@ def test_the_tracing_example_prints_a_send_span_and_a_process_span_linked_to_it(
     assert process["trace"] != send["trace"]
     assert (render["trace"], render["parent"]) == (process["trace"], process["span"])
     row = db.execute(
-        "SELECT status, metadata->'otel'->>'traceparent' FROM cronbase.jobs"
+        "SELECT status, metadata->'otel'->>'traceparent' FROM cronbase.jobs_all"
     ).fetchone()
     assert row is not None
     assert row[0] == "succeeded"

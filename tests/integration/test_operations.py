@@ -176,17 +176,19 @@ def test_long_running_lists_old_running_jobs(
 
 
 def _fill(db: psycopg.Connection[Any]) -> None:
-    # 100,000 finished jobs: ages 0..99 days by id, a third each succeeded, cancelled, dead;
-    # each with one attempt row.
+    # 100,000 finished jobs in the history: ages 0..99 days by id, a third each succeeded,
+    # cancelled, dead; each with one attempt row. The history has day partitions from yesterday
+    # on: the older days' rows are in its default partitions (as after a long outage).
     db.execute(
-        "INSERT INTO cronbase.jobs (task, status, attempts, finished_at) "
-        "SELECT 't', (ARRAY['succeeded', 'cancelled', 'dead'])[1 + i % 3], 1, "
+        "INSERT INTO cronbase.jobs_history (id, task, status, attempts, finished_at) "
+        "SELECT nextval(pg_get_serial_sequence('cronbase.jobs', 'id')), 't', "
+        "(ARRAY['succeeded', 'cancelled', 'dead'])[1 + i % 3], 1, "
         "now() - make_interval(days => i % 100) - interval '1 minute' "
         "FROM generate_series(1, 100000) i"
     )
     db.execute(
         "INSERT INTO cronbase.job_attempts (job_id, attempt, outcome, finished_at) "
-        "SELECT id, 1, status, finished_at FROM cronbase.jobs"
+        "SELECT id, 1, status, finished_at FROM cronbase.jobs_all"
     )
 
 
@@ -205,7 +207,7 @@ def test_prune_on_100000_finished_jobs(app: cronbase.App, db: psycopg.Connection
     )
     expected = _count(
         db,
-        "SELECT count(*) FROM cronbase.jobs WHERE status IN ('succeeded', 'cancelled') "
+        "SELECT count(*) FROM cronbase.jobs_all WHERE status IN ('succeeded', 'cancelled') "
         "AND finished_at < now() - interval '7 days'",
     )
     assert expected > 50_000
@@ -214,16 +216,16 @@ def test_prune_on_100000_finished_jobs(app: cronbase.App, db: psycopg.Connection
     assert (
         _count(
             db,
-            "SELECT count(*) FROM cronbase.jobs WHERE status IN ('succeeded', 'cancelled') "
+            "SELECT count(*) FROM cronbase.jobs_all WHERE status IN ('succeeded', 'cancelled') "
             "AND finished_at < now() - interval '7 days'",
         )
         == 0
     )
     # Kept: recent finished jobs, every dead one, the waiting one; and their history only.
-    assert _count(db, "SELECT count(*) FROM cronbase.jobs WHERE status = 'dead'") == 33_333
-    assert _count(db, "SELECT count(*) FROM cronbase.jobs") == 100_001 - expected
-    assert _count(db, "SELECT count(*) FROM cronbase.job_attempts") == 100_000 - expected
-    assert _count(db, f"SELECT count(*) FROM cronbase.jobs WHERE id = {waiting_id}") == 1
+    assert _count(db, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'dead'") == 33_333
+    assert _count(db, "SELECT count(*) FROM cronbase.jobs_all") == 100_001 - expected
+    assert _count(db, "SELECT count(*) FROM cronbase.job_attempts_all") == 100_000 - expected
+    assert _count(db, f"SELECT count(*) FROM cronbase.jobs_all WHERE id = {waiting_id}") == 1
 
     with pytest.raises(cronbase.CronbaseError, match="cannot prune jobs in status 'queued'"):
         prune(app.db, timedelta(days=1), ["queued"])
@@ -235,7 +237,7 @@ def test_retention_round_runs_one_worker_at_a_time(
     _fill(db)
     retention = Retention(succeeded=timedelta(days=50), cancelled=None, dead=timedelta(days=90))
     doomed = (
-        "SELECT count(*) FROM cronbase.jobs WHERE (status = 'succeeded' AND finished_at < "
+        "SELECT count(*) FROM cronbase.jobs_all WHERE (status = 'succeeded' AND finished_at < "
         "now() - interval '50 days') OR (status = 'dead' AND finished_at < now() - interval '90 days')"
     )
     expected = _count(db, doomed)
@@ -251,8 +253,8 @@ def test_retention_round_runs_one_worker_at_a_time(
         other.execute("SELECT pg_advisory_unlock(%s)", [lock_key(app.schema)])
     assert asyncio.run(round_()) == expected
     assert _count(db, doomed) == 0
-    assert _count(db, "SELECT count(*) FROM cronbase.jobs") == 100_000 - expected
-    assert _count(db, "SELECT count(*) FROM cronbase.jobs WHERE status = 'cancelled'") == 33_334
+    assert _count(db, "SELECT count(*) FROM cronbase.jobs_all") == 100_000 - expected
+    assert _count(db, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'cancelled'") == 33_334
 
 
 def _free_port() -> int:

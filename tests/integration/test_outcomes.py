@@ -69,7 +69,7 @@ def test_each_outcome_leads_where_the_sql_leads(
         job_id, token = running(db, attempts, most, snoozes)
         write(app, db, outcome, job_id, token, cap)
         row = db.execute(
-            "SELECT status, attempts, snoozes FROM cronbase.jobs WHERE id = %s", (job_id,)
+            "SELECT status, attempts, snoozes FROM cronbase.jobs_all WHERE id = %s", (job_id,)
         ).fetchone()
         status, after, snoozed = next_state(
             outcome, attempts=attempts, max_attempts=most, snoozes=snoozes, snooze_cap=cap

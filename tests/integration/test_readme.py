@@ -91,7 +91,9 @@ def test_python_blocks_run(database_url: str, db: psycopg.Connection[Any], tmp_p
     ]
     assert {line: result.stdout.count(line) for line in handled} == dict.fromkeys(handled, 1)
     assert "sending invoice 818" not in result.stdout  # rolled back with its transaction
-    statuses = db.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY status").fetchall()
+    statuses = db.execute(
+        "SELECT status, count(*) FROM cronbase.jobs_all GROUP BY status"
+    ).fetchall()
     # Still queued: the delayed invoice 816, and the two keyed jobs deferred after the worker ran.
     assert dict(statuses) == {"succeeded": 7, "queued": 3}
 
@@ -120,7 +122,7 @@ def test_command_block_runs(database_url: str, db: psycopg.Connection[Any]) -> N
         assert result.returncode == 0, f"{command}\n{result.stdout}{result.stderr}"
         if expected:
             assert result.stdout.splitlines()[-len(expected) :] == expected, command
-    assert db.execute("SELECT status FROM cronbase.jobs").fetchall() == [("cancelled",)]
+    assert db.execute("SELECT status FROM cronbase.jobs_all").fetchall() == [("cancelled",)]
 
 
 def test_crontab_line_runs_as_cron_would(

@@ -23,7 +23,7 @@ from cronbase.schedule.scheduler import Scheduler
 
 def jobs_of(db: psycopg.Connection[Any], task: str) -> list[tuple[Any, ...]]:
     return db.execute(
-        "SELECT payload->>'scheduled_at', idempotency_key FROM cronbase.jobs "
+        "SELECT payload->>'scheduled_at', idempotency_key FROM cronbase.jobs_all "
         "WHERE task = %s ORDER BY id",
         [task],
     ).fetchall()

@@ -43,7 +43,7 @@ _VALUE_CHECKS = """
     FROM pg_constraint con
     JOIN pg_class c ON c.oid = con.conrelid
     JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = %(schema)s AND con.contype = 'c'"""
+    WHERE n.nspname = %(schema)s AND con.contype = 'c' AND NOT c.relispartition"""
 _ONE_OF = re.compile(r"^CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)$")
 
 TABLES = {

@@ -32,7 +32,7 @@ from tests.e2e.harness import run_example
 REPO = Path(__file__).resolve().parents[2]
 SYNC_KINDS = ["session", "connection"]
 ASYNC_KINDS = ["async_session", "async_connection"]
-SELECT_JOBS = text("SELECT id FROM cronbase.jobs ORDER BY id")
+SELECT_JOBS = text("SELECT id FROM cronbase.jobs_all ORDER BY id")
 
 
 def sqlalchemy_url(conninfo: str, driver: str = "postgresql+psycopg") -> URL:
@@ -49,7 +49,7 @@ def sqlalchemy_url(conninfo: str, driver: str = "postgresql+psycopg") -> URL:
 
 def committed(db: psycopg.Connection[Any]) -> list[int]:
     """The job ids another connection sees."""
-    return [r[0] for r in db.execute("SELECT id FROM cronbase.jobs ORDER BY id").fetchall()]
+    return [r[0] for r in db.execute("SELECT id FROM cronbase.jobs_all ORDER BY id").fetchall()]
 
 
 @pytest.fixture
@@ -474,7 +474,7 @@ def test_the_session_example_keeps_what_commits_and_drops_the_savepoint(
     result = run_example("sqlalchemy_session", env)
     assert result.stdout.splitlines()[-1] == "['send_gift', 'send_welcome', 'send_welcome']"
     users = dict(db.execute("SELECT email, id FROM public.users").fetchall())
-    rows = db.execute("SELECT task, (payload->>'user_id')::int FROM cronbase.jobs").fetchall()
+    rows = db.execute("SELECT task, (payload->>'user_id')::int FROM cronbase.jobs_all").fetchall()
     assert sorted(rows) == sorted(
         [
             ("send_welcome", users["ada@example.com"]),

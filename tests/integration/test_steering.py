@@ -26,7 +26,7 @@ def drain(app: cronbase.App) -> None:
 
 def row(db: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     found = db.execute(
-        "SELECT status, attempts, snoozes, last_error, error_type FROM cronbase.jobs WHERE id = %s",
+        "SELECT status, attempts, snoozes, last_error, error_type FROM cronbase.jobs_all WHERE id = %s",
         (job_id,),
     ).fetchone()
     assert found is not None
@@ -108,7 +108,7 @@ def test_a_snooze_waits_its_delay(app: cronbase.App, db: psycopg.Connection[Any]
     status, attempts, *_ = row(db, job_id)
     assert (status, attempts) == ("queued", 0)
     wait = db.execute(
-        "SELECT extract(epoch FROM run_at - now()) FROM cronbase.jobs WHERE id = %s", (job_id,)
+        "SELECT extract(epoch FROM run_at - now()) FROM cronbase.jobs_all WHERE id = %s", (job_id,)
     ).fetchone()
     assert wait is not None
     assert 3500 < wait[0] <= 3600

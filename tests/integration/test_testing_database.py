@@ -64,7 +64,7 @@ def test_use_database_points_the_app_and_its_tasks_there_and_back(
             assert [o.outcome for o in drain(app)] == ["succeeded"]
             test_db = app.db
         count = db.execute(
-            sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema))
+            sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(schema))
         ).fetchone()
         assert count == (1,)
     assert app.db is own

@@ -33,7 +33,7 @@ def make_due(db: psycopg.Connection[Any], job_id: int) -> None:
 def attempt_rows(db: psycopg.Connection[Any], job_id: int) -> list[dict[str, Any]]:
     with db.cursor(row_factory=psycopg.rows.dict_row) as cur:
         return cur.execute(
-            "SELECT * FROM cronbase.job_attempts WHERE job_id = %s ORDER BY id", (job_id,)
+            "SELECT * FROM cronbase.job_attempts_all WHERE job_id = %s ORDER BY id", (job_id,)
         ).fetchall()
 
 
@@ -174,7 +174,7 @@ def test_a_payload_that_no_longer_fits_is_dead_at_once(
     )
     run_burst(app)
     [(job_id, status, attempts, error_type)] = db.execute(
-        "SELECT id, status, attempts, error_type FROM cronbase.jobs"
+        "SELECT id, status, attempts, error_type FROM cronbase.jobs_all"
     ).fetchall()
     assert (status, attempts, error_type) == ("dead", 1, "cronbase.errors.PayloadError")
     assert "invoice" in (job_row(db, job_id)["last_error"] or "")
@@ -426,5 +426,7 @@ def test_a_claim_takes_no_more_than_its_limit(
 
     t.defer_many([{"n": n} for n in range(5)])
     assert len(claim_rows(app, db, limit)[0]) == limit
-    counts = dict(db.execute("SELECT status, count(*) FROM cronbase.jobs GROUP BY 1").fetchall())
+    counts = dict(
+        db.execute("SELECT status, count(*) FROM cronbase.jobs_all GROUP BY 1").fetchall()
+    )
     assert counts == {"running": limit, "queued": 5 - limit}

@@ -27,7 +27,7 @@ def test_concurrent_defers_in_one_window_write_one_job(
     with ThreadPoolExecutor(10) as pool:
         ids = list(pool.map(lambda n: deferral.defer(account=7, attempt=n), range(50)))
     assert len(set(ids)) == 1
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (1,)
     # Another key: its own job. The next window: a new one.
     other = sync_account.configure(run_at=at).defer(account=8, attempt=0)
     later = sync_account.configure(run_at=at + timedelta(hours=1)).defer(account=7, attempt=0)
@@ -55,7 +55,7 @@ def test_the_window_holds_in_any_state_but_cancelled(
     second = daily_report.defer()
     assert second != first
     assert db.execute(
-        "SELECT count(*) FROM cronbase.jobs WHERE unique_for_key IS NOT NULL"
+        "SELECT count(*) FROM cronbase.jobs_all WHERE unique_for_key IS NOT NULL"
     ).fetchone() == (2,)
 
 
@@ -78,4 +78,4 @@ def test_unique_for_input_is_checked(app: cronbase.App, db: psycopg.Connection[A
         keyed.defer(other=1)
     with pytest.raises(cronbase.CronbaseError, match="defer its jobs one by one"):
         keyed.defer_many([{"account": 1}])
-    assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)

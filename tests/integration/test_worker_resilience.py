@@ -37,7 +37,7 @@ def insert_by_sql(db: psycopg.Connection[Any], task: str, payload_sql: str, **co
 
 def job_state(db: psycopg.Connection[Any], job_id: int) -> tuple[str, int, str | None]:
     row = db.execute(
-        "SELECT status, attempts, last_error FROM cronbase.jobs WHERE id = %s", [job_id]
+        "SELECT status, attempts, last_error FROM cronbase.jobs_all WHERE id = %s", [job_id]
     ).fetchone()
     assert row is not None
     return row[0], row[1], row[2]

@@ -81,7 +81,7 @@ def test_a_group_fans_in_once_with_every_result_in_order(
     assert job.payload["previous"] == [i * 2 for i in range(1000)]
     # Every node carries the workflow's id: the callback's.
     assert db.execute(
-        "SELECT count(*) FROM cronbase.jobs WHERE workflow_id = %s", (callback,)
+        "SELECT count(*) FROM cronbase.jobs_all WHERE workflow_id = %s", (callback,)
     ).fetchone() == (1001,)
 
 
@@ -148,7 +148,7 @@ def test_a_workflow_deferred_in_the_callers_transaction(
     with psycopg.connect(database_url) as conn:
         workflow.configure(connection=conn).defer()
         conn.rollback()
-        assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
         job_id = workflow.configure(connection=conn).defer()
         conn.commit()
     drain(app)
@@ -254,11 +254,11 @@ def test_a_workflow_goes_through_the_defer_middleware_and_connection_sources(
         app.hooks.connection_sources.append(lambda: conn)
         cronbase.chain(t["double"].s(n=1), t["add"].s()).defer()
         conn.rollback()  # the source's transaction: the workflow goes with it
-        assert db.execute("SELECT count(*) FROM cronbase.jobs").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)
         job_id = cronbase.chain(t["double"].s(n=1), t["add"].s()).defer()
         conn.commit()
     assert calls == [("double", 2), ("double", 2)]
-    rows = db.execute("SELECT metadata FROM cronbase.jobs ORDER BY id").fetchall()
+    rows = db.execute("SELECT metadata FROM cronbase.jobs_all ORDER BY id").fetchall()
     assert rows == [({"trace": "abc"},), ({"trace": "abc"},)]
     app.hooks.connection_sources.clear()
     drain(app)

@@ -21,6 +21,6 @@ def test_the_workflows_example_ends_each_workflow_as_it_says(
         "invoice: {'paid': 120, 'charge': 'ch_812'}, charged 1 time(s), attempts 1",
     ]
     graph = db.execute(
-        "SELECT count(*), count(DISTINCT workflow_id) FROM cronbase.jobs WHERE task = 'import_row'"
+        "SELECT count(*), count(DISTINCT workflow_id) FROM cronbase.jobs_all WHERE task = 'import_row'"
     ).fetchone()
     assert graph == (100, 1)

@@ -142,6 +142,6 @@ def test_the_claim_statements_share_one_text_but_the_queue_filter() -> None:
     assert lease in q.claim_flow_jobs.decode()
     assert "j.metadata::text AS metadata, j.flow_key" in q.claim_flow_jobs.decode()
     # A success is written by one fragment, in the claim and alone.
-    success = "SET status = 'succeeded'"
+    success = "SELECT done.id, done.task, done.queue, done.payload, 'succeeded',"
     assert [q.claim_jobs.decode().count(success), q.complete_jobs.decode().count(success)] == [1, 1]
     assert success not in q.finish_jobs.decode()

@@ -24,6 +24,7 @@ from ..db import migrate as migrations
 from ..db import pool
 from ..errors import CronbaseError, WorkerFatalError
 from ..job import Payload
+from ..operations.retention import move_history
 
 if TYPE_CHECKING:
     from ..app import App
@@ -185,6 +186,9 @@ def migrate(settings: Settings) -> None:
         click.echo(f"applied {name}")
     state = "migrated to" if applied else "up to date at"
     click.echo(f"{where}: {state} version {migrations.LATEST_VERSION}")
+    moved = move_history(app.db)
+    if moved:
+        click.echo(f"moved {moved} finished jobs into the history (migration 0015)")
     if others is not None and app.schema not in others and others:
         # A new schema beside existing ones: say so, a typo in --schema would go unseen.
         names = ", ".join(repr(name) for name in others)

@@ -18,6 +18,7 @@ from ..job import JobStatus
 from ..operations.queues import QueueState, limit_params, rate_params
 from ..operations.retention import PRUNABLE
 from ..operations.stats import WINDOWS, Overview
+from ..operations.storage import Storage, human_bytes
 from .common import (
     EXIT_FAILED,
     STATUS_STYLES,
@@ -75,9 +76,10 @@ def stats_table(overview: Overview) -> Table:
 @click.pass_obj
 def stats(settings: Settings, as_json: bool) -> None:
     """Jobs by queue and status, waits, and the last hour's throughput."""
-    overview = settings.app().stats()
+    app = settings.app()
+    overview, stored = app.stats(), app.storage()
     if as_json:
-        click.echo(json.dumps(overview.to_json(), indent=2))
+        click.echo(json.dumps({**overview.to_json(), "storage": stored.to_json()}, indent=2))
         return
     out = console(settings.width)
     out.print(stats_table(overview) if overview.queues else "no jobs")
@@ -86,6 +88,32 @@ def stats(settings: Settings, as_json: bool) -> None:
     out.print(f"last hour: {done} attempts succeeded, {failed} failed")
     for line in unserved_lines(overview):
         out.print(line)
+    out.print(storage_table(stored))
+    oldest = stored.oldest
+    out.print(
+        "vacuum: nothing holds it back"
+        if oldest is None
+        else f"vacuum: the oldest transaction holding it back: {oldest.describe()}"
+    )
+
+
+def storage_table(stored: Storage) -> Table:
+    """The cronbase tables on disk: sizes, rows, last vacuum."""
+    table = Table(title="tables")
+    for column in ("table", "heap", "indexes", "live rows", "dead rows", "last vacuum"):
+        table.add_column(column, justify="left" if column in ("table", "last vacuum") else "right")
+    for t in stored.tables:
+        vacuumed = max((v for v in (t.last_vacuum, t.last_autovacuum) if v), default=None)
+        name = t.name if t.partitions is None else f"{t.name} ({t.partitions} partitions)"
+        table.add_row(
+            Text(name),
+            human_bytes(t.heap_bytes),
+            human_bytes(t.index_bytes),
+            str(t.live_rows),
+            str(t.dead_rows),
+            when(vacuumed) if vacuumed else "never",
+        )
+    return table
 
 
 @cli.command("tasks")
@@ -308,18 +336,32 @@ def prune_command(
     metavar="AGE",
     help="Fail when a due job has waited longer than this, e.g. 5m.",
 )
+@click.option(
+    "--max-xmin-age",
+    callback=parse_duration,
+    default="1h",
+    show_default=True,
+    metavar="AGE",
+    help="Fail when a transaction open longer than this holds back vacuum (0: never fail).",
+)
 @click.option("--queue", help="Only this queue.")
 @click.pass_context
 def check(
-    ctx: click.Context, max_dead: int | None, max_wait: timedelta | None, queue: str | None
+    ctx: click.Context,
+    max_dead: int | None,
+    max_wait: timedelta | None,
+    max_xmin_age: timedelta,
+    queue: str | None,
 ) -> None:
-    """Exit 1 with the reason when a threshold is crossed (for cron or a monitor), else 0."""
-    if max_dead is None and max_wait is None:
-        raise click.UsageError("give --max-dead and/or --max-wait")
+    """Exit 1 with the reason when a threshold is crossed (for cron or a monitor), else 0.
+    Always checks what holds back vacuum (--max-xmin-age)."""
     settings: Settings = ctx.obj
-    overview = settings.app().stats()
+    app = settings.app()
+    overview = app.stats()
     found = [q for q in overview.queues if queue is None or q.queue == queue]
     problems = []
+    if max_xmin_age > timedelta(0) and (held := app.storage().too_old(max_xmin_age)):
+        problems.append(held)
     if max_wait is not None:
         # Jobs no live worker will claim wait for ever: worth failing on whatever their age.
         problems += [

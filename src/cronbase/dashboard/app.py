@@ -141,6 +141,7 @@ def create_app(
         Route("/dead", pages.dead, name="dead"),
         Route("/long-running", pages.long_running, name="long_running"),
         Route("/workers", pages.workers, name="workers"),
+        Route("/storage", pages.storage, name="storage"),
         Route("/scheduled", pages.scheduled, name="scheduled"),
         Route("/tasks", pages.tasks, name="tasks"),
         Route("/schedules", pages.schedules, name="schedules"),

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..operations.storage import human_bytes
+
 TRACEBACK_LINES = 30  # the last lines of a traceback shown at first; the rest on demand
 
 
@@ -129,4 +131,5 @@ FILTERS = {
     "compact_json": compact_json,
     "shorten": shorten,
     "preview": preview,
+    "bytes": human_bytes,
 }

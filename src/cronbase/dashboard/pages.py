@@ -218,6 +218,11 @@ class Pages:
         }
         return self.renderer.page(request, "workers.html", context)
 
+    async def storage(self, request: Request) -> Response:
+        stored = await self.app.storage_async()
+        context = {"section": "storage", "storage": stored, "oldest": stored.oldest}
+        return self.renderer.page(request, "storage.html", context)
+
     async def long_running(self, request: Request) -> Response:
         raw = request.query_params.get("minutes")
         if raw:

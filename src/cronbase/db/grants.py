@@ -28,21 +28,43 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: migrate.require_current, which a worker runs at start (the schema version).
         # Never written by this role: `cronbase migrate` is the owner's.
         "migrations": ("SELECT",),
-        # SELECT: get_job, list_jobs, search_jobs, holds_lease, count_jobs_by_status,
-        #   list_job_attempts, queue_overview, throughput_by_minute, list_long_running,
-        #   list_queues, list_unserved_jobs, and the WHERE and RETURNING of the writes below.
-        # INSERT: insert_job, insert_job_unique, upsert_job_replace, insert_jobs (enqueue).
+        # The live table. SELECT: holds_lease, list_queues, list_unserved_jobs, the reads of
+        #   jobs_all, and the WHERE and RETURNING of the writes below.
+        # INSERT: insert_job, insert_keyed_job, upsert_job_replace, insert_jobs (enqueue), the
+        #   restores of retry_job and requeue_dead_jobs.
         # UPDATE: claim_jobs, claim_jobs_in_queues, finish_jobs, heartbeat_jobs, release_jobs,
-        #   reap_expired_jobs, retry_job, cancel_job, requeue_dead_jobs; upsert_job_replace (ON
-        #   CONFLICT DO UPDATE); the FOR UPDATE of the claim, reaper and prune statements.
-        # DELETE: prune_jobs, prune_jobs_exclusive (retention).
+        #   reap_expired_jobs, retry_job, requeue_dead_jobs; upsert_job_replace (ON CONFLICT DO
+        #   UPDATE); the FOR UPDATE of the claim, reaper and move statements.
+        # DELETE: every outcome (a finished job moves to the history: complete_jobs,
+        #   finish_jobs, reap_expired_jobs, cancel_job), prune_jobs, move_finished_jobs.
         "jobs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-        # SELECT: list_job_attempts, throughput_by_minute.
-        # INSERT: the history rows of finish_jobs, release_jobs, reap_expired_jobs, retry_job,
-        #   cancel_job.
-        # No UPDATE (rows are never updated) and no DELETE: pruning a job deletes its rows by the
-        # foreign key's cascade, as the owner.
-        "job_attempts": ("SELECT", "INSERT"),
+        # Finished jobs (migration 0015). SELECT: the reads of jobs_all, retry_job,
+        #   requeue_dead_jobs, prune_jobs. INSERT: every outcome's move. UPDATE: insert_graph
+        #   (has_dependents of a finished parent). DELETE: retry_job and requeue_dead_jobs (a
+        #   job moved back), prune_jobs, delete_finished_jobs.
+        "jobs_history": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # The default partitions, which prune_defaults_exclusive names (the day partitions are
+        #   only ever reached through jobs_history, whose grants cover them).
+        "jobs_history_succeeded_default": ("SELECT", "DELETE"),
+        "jobs_history_cancelled_default": ("SELECT", "DELETE"),
+        "jobs_history_dead_default": ("SELECT", "DELETE"),
+        # SELECT: get_job, list_jobs, search_jobs, count_jobs_by_status, queue_overview,
+        #   throughput_by_minute, task_stats, job_graph, watch_job, insert_keyed_job.
+        "jobs_all": ("SELECT",),
+        # SELECT: the reads of job_attempts_all. INSERT: the attempt rows of finish_jobs,
+        #   release_jobs, reap_expired_jobs, retry_job, cancel_job, move_legacy_attempts.
+        #   DELETE: prune_jobs and prune_defaults_exclusive (a deleted job's attempts).
+        "job_attempts": ("SELECT", "INSERT", "DELETE"),
+        # SELECT, DELETE: prune_attempts.
+        "job_attempts_default": ("SELECT", "DELETE"),
+        # The attempts of before migration 0015. SELECT: job_attempts_all. UPDATE: the FOR
+        #   UPDATE of move_legacy_attempts. DELETE: move_legacy_attempts, prune_jobs.
+        "job_attempts_legacy": ("SELECT", "UPDATE", "DELETE"),
+        # SELECT: list_job_attempts, task_stats.
+        "job_attempts_all": ("SELECT",),
+        # SELECT, INSERT, UPDATE (a key taken over, and FOR UPDATE): insert_keyed_job,
+        #   move_finished_jobs. DELETE: prune_job_keys, prune_jobs (a deleted job's keys).
+        "job_keys": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # SELECT: list_workers, list_unserved_jobs, the WHERE of the writes below.
         # INSERT: register_worker. UPDATE: register_worker (ON CONFLICT DO UPDATE),
         #   heartbeat_jobs (last_seen_at). DELETE: unregister_worker (a clean stop).
@@ -69,10 +91,10 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: list_audit, insert_audit's RETURNING. INSERT: insert_audit.
         # No UPDATE, no DELETE: the log is append-only, and this role cannot rewrite it.
         "audit_log": ("SELECT", "INSERT"),
-        # SELECT: insert_graph, and resolve_dependents (the trigger runs with the rights of
-        #   whoever ends the parent). INSERT: insert_graph. No DELETE: pruning a job deletes
-        #   its rows by the foreign keys' cascade, as the owner.
-        "job_deps": ("SELECT", "INSERT"),
+        # SELECT: insert_graph, and settle_dependents (the triggers run with the rights of
+        #   whoever ends the parent). INSERT: insert_graph. DELETE: prune_jobs (a deleted
+        #   job's edges); a dropped day's go with it, as the owner (drop_history_days).
+        "job_deps": ("SELECT", "INSERT", "DELETE"),
         # SELECT: get_event (wait_for), suspend_jobs (is the event there?). INSERT: emit_event.
         #   DELETE: prune_events (retention).
         "events": ("SELECT", "INSERT", "DELETE"),
@@ -83,13 +105,23 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
 SEQUENCE_PRIVILEGES: Mapping[str, tuple[Literal["USAGE"], ...]] = MappingProxyType(
     {"jobs_id_seq": ("USAGE",)}
 )
+# Functions PUBLIC may not execute (revoked by migration 0015): they run as the schema's owner
+# (SECURITY DEFINER) to create and drop the history's day partitions, which the application
+# role's workers do in their retention rounds. Granted by signature.
+FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxyType(
+    {
+        "create_history_days(date, date)": ("EXECUTE",),
+        "drop_history_days(text, timestamptz)": ("EXECUTE",),
+    }
+)
 # Not granted, on purpose:
 # - other sequences: job_attempts and audit_log ids are identity columns, whose sequences an
 #   INSERT advances without any privilege on them (the test checks no other sequence exists);
-# - functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
-#   pg_try_advisory_xact_lock...) and the schema's parents_results, resolve_dependents and
-#   notify_done (migrations 0012, 0013), which PUBLIC may execute, as it may any new function
-#   (the test checks);
+# - other functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
+#   pg_try_advisory_xact_lock...) and the schema's own (parents_results, resolve_dependents,
+#   notify_done, settle_dependents, repend_dependents, history_settled, insert_keyed_job), which
+#   run with the caller's rights and PUBLIC may execute, as it may any new function (the test
+#   checks);
 # - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;
 # - ALTER DEFAULT PRIVILEGES: a migration that adds a table is followed by an explicit
 #   `cronbase grants ROLE --apply` (it is idempotent).
@@ -125,14 +157,20 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
     """
     grantee = sql.Identifier(check_role_name(role))
     statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), grantee)]
-    granted = [("TABLE", TABLE_PRIVILEGES), ("SEQUENCE", SEQUENCE_PRIVILEGES)]
+    granted = [
+        ("TABLE", TABLE_PRIVILEGES),
+        ("SEQUENCE", SEQUENCE_PRIVILEGES),
+        ("FUNCTION", FUNCTION_PRIVILEGES),
+    ]
     for kind, objects in granted:
         for name, privileges in objects.items():
+            name, paren, signature = name.partition("(")  # a function's argument types
             statements.append(
-                sql.SQL("GRANT {} ON {} {} TO {}").format(
+                sql.SQL("GRANT {} ON {} {}{} TO {}").format(
                     sql.SQL(", ").join(sql.SQL(privilege) for privilege in privileges),
                     sql.SQL(kind),
                     sql.Identifier(schema, name),
+                    sql.SQL(paren + signature),
                     grantee,
                 )
             )

@@ -24,6 +24,9 @@ from .notifier import channel_name, done_channel_name
 
 _NAME_LINE = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$")
 _INCLUDE = re.compile(r"/\*\s*include:\s*(\w+)\s*\*/")
+_ARCHIVE = re.compile(r"/\*\s*(archive|restore)\s+(\w+)\s*:(.*?)\*/", re.DOTALL)
+# Where a moved row goes: a finished job to the history, a retried one back to the live table.
+_MOVE_TARGET = {"archive": "jobs_history", "restore": "jobs"}
 
 # Statements rendered from another one: name -> (the statement written, its marker, what the
 # marker becomes here). In the statement written, the marker becomes nothing.
@@ -71,7 +74,29 @@ def _expand(name: str, body: str, fragments: dict[str, str], depth: int = 0) -> 
             raise RuntimeError(f"statement {name!r}: fragments include each other too deep")
         return _expand(name, fragment, fragments, depth + 1)
 
-    return _INCLUDE.sub(include, body)
+    def archive(match: re.Match[str]) -> str:
+        target, source, changes = _MOVE_TARGET[match.group(1)], match.group(2), match.group(3)
+        return move_insert(name, target, source, changes, fragments.get("job_columns", ""))
+
+    return _ARCHIVE.sub(archive, _INCLUDE.sub(include, body))
+
+
+def move_insert(name: str, target: str, source: str, changes: str, columns_text: str) -> str:
+    """``/* archive <cte>: col = expr; ... */``: the INSERT that writes the rows of ``cte`` (the
+    live rows a DELETE returned) to jobs_history with their outcome; ``/* restore ... */`` writes
+    archived rows back to jobs. Every column of jobs in its order (the ``job_columns``
+    fragment), each as it was but those given a new value."""
+    columns = [c.strip() for c in columns_text.split(",") if c.strip()]
+    values: dict[str, str] = {}
+    for change in filter(None, (c.strip() for c in changes.split(";"))):
+        column, _, expression = change.partition("=")
+        if column.strip() not in columns or not expression.strip():
+            raise RuntimeError(f"statement {name!r}: archive sets unknown column in {change!r}")
+        values[column.strip()] = expression.strip()
+    listed = ", ".join(columns)
+    selected = ", ".join(values.get(c, f"{source}.{c}") for c in columns)
+    # Text of the packaged .sql files, put together once at import: no input reaches it.
+    return f"INSERT INTO {{schema}}.{target} ({listed}) SELECT {selected} FROM {source}"  # noqa: S608
 
 
 def load_statements() -> dict[str, str]:
@@ -103,13 +128,18 @@ def assemble(found: dict[str, str], variants: dict[str, tuple[str, str, str]]) -
 
 
 def render(template: str, schema: str) -> bytes:
-    """Put the quoted schema name into a statement, and ``{done_channel}``: the schema's channel
+    """Put the quoted schema name into a statement (``{schema}``; ``{schema_name}``: the name as
+    a string literal, for dynamic SQL in migrations), and ``{done_channel}``: the schema's channel
     for final states of waited-for jobs (a literal made from the schema name); values are never
     formatted in."""
     # psycopg's Composable.as_bytes accepts no connection since 3.2; identifiers quote the same.
     return (
         sql.SQL(template)
-        .format(schema=sql.Identifier(schema), done_channel=sql.Literal(done_channel_name(schema)))
+        .format(
+            schema=sql.Identifier(schema),
+            schema_name=sql.Literal(schema),
+            done_channel=sql.Literal(done_channel_name(schema)),
+        )
         .as_bytes(None)
     )
 
@@ -175,7 +205,7 @@ class Queries:
     list_long_running: bytes
     requeue_dead_jobs: bytes
     prune_jobs: bytes
-    prune_jobs_exclusive: bytes
+    prune_defaults_exclusive: bytes
     search_jobs: bytes
     register_task_limits: bytes
     list_task_limits: bytes
@@ -193,6 +223,15 @@ class Queries:
     emit_event: bytes
     get_event: bytes
     prune_events_exclusive: bytes
+    create_history_days: bytes
+    drop_history_days: bytes
+    move_finished_jobs: bytes
+    move_legacy_attempts: bytes
+    history_span: bytes
+    prune_job_keys: bytes
+    prune_attempts: bytes
+    table_storage: bytes
+    xmin_holders: bytes
 
     templates: ClassVar[dict[str, str]]
 

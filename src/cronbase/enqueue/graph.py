@@ -123,6 +123,13 @@ def graph_params(
     }
 
 
+def parents_missing(rows: list[TupleRow]) -> bool:
+    """Whether insert_graph found some existing parents in neither table: then nothing was
+    inserted, and the caller asks once more (a parent moving to the history as the statement ran
+    is in neither of its snapshot's tables; a fresh statement finds it)."""
+    return bool(rows) and rows[-1][1] is None
+
+
 def inserted_ids(rows: list[TupleRow]) -> list[int]:
     """The nodes' ids in node order; WorkflowError when existing parents were not found."""
     if rows and rows[-1][1] is None:

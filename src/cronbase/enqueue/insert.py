@@ -26,7 +26,7 @@ from ..payload.encode import JSONDumps
 from ..payload.encode import (
     encode_payload as encode_payload,  # re-exported: callers know it as client's
 )
-from .graph import Graph, Node, graph_params, inserted_ids
+from .graph import Graph, Node, graph_params, inserted_ids, parents_missing
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -370,7 +370,10 @@ def defer_graph_sync(
     nodes' ids in node order."""
     params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
     query = db.queries.insert_graph
-    rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
+    for _ in range(2):
+        rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
+        if not parents_missing(rows):
+            break
     return inserted_ids(rows)
 
 
@@ -379,8 +382,11 @@ async def defer_graph_async(
 ) -> list[int]:
     params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
     query = db.queries.insert_graph
-    if caller is not None:
-        rows = await _run_async(caller, query, params)
-    else:
-        rows = await db.rows_async(query, params)
+    for _ in range(2):  # as in defer_graph_sync
+        if caller is not None:
+            rows = await _run_async(caller, query, params)
+        else:
+            rows = await db.rows_async(query, params)
+        if not parents_missing(rows):
+            break
     return inserted_ids(rows)

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from ..errors import ConfigurationError
 from ..job import JobStatus
 from . import stats
+from .storage import Storage, storage, storage_async
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -44,11 +45,13 @@ class DatabaseState:
 
     overview: stats.Overview | None
     workers: list[Row]
+    storage: Storage | None = None
 
 
 def database_state(db: Database) -> DatabaseState:
     try:
-        return DatabaseState(stats.overview(db), db.fetch_all(db.queries.list_workers))
+        workers = db.fetch_all(db.queries.list_workers)
+        return DatabaseState(stats.overview(db), workers, storage(db))
     except Exception as exc:  # a scrape must answer even when the database does not
         logger.warning("metrics: database unavailable: %s", exc)
         return DatabaseState(None, [])
@@ -57,7 +60,8 @@ def database_state(db: Database) -> DatabaseState:
 async def database_state_async(db: Database) -> DatabaseState:
     try:
         overview = await stats.overview_async(db)
-        return DatabaseState(overview, await db.fetch_all_async(db.queries.list_workers))
+        workers = await db.fetch_all_async(db.queries.list_workers)
+        return DatabaseState(overview, workers, await storage_async(db))
     except Exception as exc:
         logger.warning("metrics: database unavailable: %s", exc)
         return DatabaseState(None, [])
@@ -109,6 +113,42 @@ def database_families(state: DatabaseState) -> Iterator[Metric]:
         overrunning.add_metric([w["id"]], w["overrunning"])
     up.add_metric([], 1)
     yield from (depth, oldest, paused, scheduled, heartbeat, overrunning, up)
+    if state.storage is not None:
+        yield from storage_families(state.storage)
+
+
+def storage_families(stored: Storage) -> Iterator[Metric]:
+    """Per cronbase table: bytes (heap, indexes), rows (live, dead), seconds since its last
+    vacuum; and the age of the oldest transaction holding vacuum back."""
+    size = GaugeMetricFamily(
+        "cronbase_table_bytes", "Bytes on disk per cronbase table", labels=["table", "part"]
+    )
+    rows = GaugeMetricFamily(
+        "cronbase_table_rows",
+        "Rows per cronbase table, live and dead (the statistics' estimates)",
+        labels=["table", "state"],
+    )
+    vacuumed = GaugeMetricFamily(
+        "cronbase_table_last_vacuum_timestamp_seconds",
+        "When the table (any of its partitions) was last vacuumed, by hand or by autovacuum",
+        labels=["table"],
+    )
+    for t in stored.tables:
+        size.add_metric([t.name, "heap"], t.heap_bytes)
+        size.add_metric([t.name, "indexes"], t.index_bytes)
+        rows.add_metric([t.name, "live"], t.live_rows)
+        rows.add_metric([t.name, "dead"], t.dead_rows)
+        last = max((v for v in (t.last_vacuum, t.last_autovacuum) if v), default=None)
+        if last is not None:
+            vacuumed.add_metric([t.name], last.timestamp())
+    held = GaugeMetricFamily(
+        "cronbase_oldest_xmin_age_seconds",
+        "How long the oldest transaction holding back vacuum in the database has been open "
+        "(0: none)",
+    )
+    oldest = stored.oldest
+    held.add_metric([], oldest.age if oldest is not None and oldest.age is not None else 0.0)
+    yield from (size, rows, vacuumed, held)
 
 
 class DatabaseCollector(Collector):

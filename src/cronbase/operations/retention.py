@@ -1,8 +1,11 @@
-"""Retention: finished jobs (and their attempt history) are deleted once old enough.
+"""Retention: finished jobs (and their attempt history) leave once old enough.
 
-Workers prune in small batches, one worker at a time (an advisory lock), so the jobs table and
-its indexes stay small without a long transaction or a burst of WAL. ``cronbase prune`` does the
-same by hand.
+Finished jobs live in a history partitioned by status and day (migration 0015): a worker's round
+makes the days ahead, drops whole days past each status's age (no DELETE, no dead rows to vacuum)
+and deletes row by row only what no whole day covers (a default partition's rows, keys of ended
+windows), one worker at a time (an advisory lock), in short transactions. It also moves the rows
+a previous release finished in place into the history. ``cronbase prune`` does it by hand, to the
+row.
 """
 
 from __future__ import annotations
@@ -63,13 +66,18 @@ class Retention:
             self, "interval", duration("Retention interval", interval, positive=True)
         )
 
-    def rules(self) -> list[tuple[list[str], timedelta]]:
-        kept = {
-            JobStatus.SUCCEEDED: self.succeeded,
-            JobStatus.CANCELLED: self.cancelled,
-            JobStatus.DEAD: self.dead,
+    def ages(self) -> dict[str, timedelta | None]:
+        """How long each final status is kept (None: forever)."""
+        return {
+            JobStatus.SUCCEEDED.value: self.succeeded,
+            JobStatus.CANCELLED.value: self.cancelled,
+            JobStatus.DEAD.value: self.dead,
         }
-        return [([s.value], age) for s, age in kept.items() if age is not None]
+
+    def longest(self) -> timedelta | None:
+        """How long the longest-kept jobs are kept (None: some forever): the attempts' age."""
+        ages = list(self.ages().values())
+        return None if None in ages else max(a for a in ages if a is not None)
 
 
 def check_statuses(statuses: list[str]) -> list[str]:
@@ -96,14 +104,19 @@ def prune(
     *,
     actor: str | None = None,
 ) -> int:
-    """Delete finished jobs of ``statuses`` that ended more than ``older_than`` ago, in batches
-    (each its own short transaction, so locks and WAL stay small); the last batch's transaction
-    writes the audit row (``jobs.prune``) with the total."""
+    """Delete finished jobs of ``statuses`` that ended more than ``older_than`` ago: the whole
+    days of the history before the cutoff dropped, then what is left row by row in batches (each
+    its own short transaction, so locks and WAL stay small); the last batch's transaction writes
+    the audit row (``jobs.prune``) with the total."""
     check_statuses(statuses)
     if older_than < timedelta(0):
         raise CronbaseError(f"older_than must not be negative, got {older_than}")
-    params = {"statuses": statuses, "older_than": older_than, "limit": batch}
     removed = 0
+    for status in statuses:
+        params = {"key": lock_key(db.schema), "wait": True, "status": status}
+        row = db.fetch_one(db.queries.drop_history_days, {**params, "older_than": older_than})
+        removed += sum(((row and row["dropped"]) or {}).values())
+    params = {"statuses": statuses, "older_than": older_than, "limit": batch}
     while True:
         row = db.fetch_one(db.queries.prune_jobs, params)
         n = row["deleted"] if row else 0
@@ -130,44 +143,97 @@ def count_prunable(db: Database, older_than: timedelta, statuses: list[str]) -> 
 
 
 async def prune_once(pool: AsyncConnectionPool, db: Database, retention: Retention) -> int | None:
-    """One worker's retention round; None when another worker holds the lock.
-
-    Each batch is its own short transaction that takes the lock for itself, so two workers never
-    prune at once, and a round through a transaction pooler needs no session state.
+    """One worker's retention round: how many finished jobs left; None when another worker holds
+    the lock. Each statement is its own short transaction that takes the lock for itself, so two
+    workers never prune at once, and a round through a transaction pooler needs no session state.
     """
+    upkeep = _Upkeep(pool, db, lock_key(db.schema))
+    if await upkeep.run(db.queries.create_history_days, first=None, last=None) is None:
+        return None
+    await move_finished(upkeep)  # first: what it moves may be old enough to drop below
     removed = 0
-    key = lock_key(db.schema)
-    for statuses, age in retention.rules():
-        params = {"key": key, "statuses": statuses, "older_than": age, "limit": PRUNE_BATCH}
-        n = await _prune_batches(pool, db.queries.prune_jobs_exclusive, params)
-        if n is None:
-            return None
-        removed += n
+    for status, age in retention.ages().items():
+        if age is not None:
+            dropped = await upkeep.run(
+                db.queries.drop_history_days, status=status, older_than=age, wait=False
+            )
+            removed += sum((dropped or {}).values())
+    removed += await upkeep.batches(db.queries.prune_defaults_exclusive, **retention.ages())
+    oldest = retention.longest()
+    if oldest is not None:  # attempts are kept as long as the longest-kept jobs
+        await upkeep.run(db.queries.drop_history_days, status=None, older_than=oldest, wait=False)
+        await upkeep.batches(db.queries.prune_attempts, older_than=oldest)
+    await upkeep.batches(db.queries.prune_job_keys)
     if retention.events is not None:
-        params = {"key": key, "older_than": retention.events, "limit": PRUNE_BATCH}
-        if await _prune_batches(pool, db.queries.prune_events_exclusive, params) is None:
-            return None
+        await upkeep.batches(db.queries.prune_events_exclusive, older_than=retention.events)
     if removed:
         logger.info("retention: pruned %d finished jobs", removed)
     return removed
 
 
-async def _prune_batches(
-    pool: AsyncConnectionPool, query: bytes, params: dict[str, Any]
-) -> int | None:
-    """Batches of one retention statement until one deletes less than a batch; None when
-    another worker holds the lock."""
-    removed = 0
-    while True:
-        async with pool.connection() as conn:
-            cur = await conn.execute(query, params)
-            locked, n = await cur.fetchone() or (False, 0)
-        if not locked:
-            return None
-        removed += int(n)
-        if n < PRUNE_BATCH:
-            return removed
-        await asyncio.sleep(0)  # let the worker's own statements through
+async def move_finished(upkeep: _Upkeep) -> int:
+    """Move what the history's live-table era left: finished rows a previous release wrote in
+    place (or there since before migration 0015) and the legacy attempts, their days made first.
+    Nothing to move is one index probe each."""
+    queries = upkeep.db.queries
+    span = await upkeep.db.fetch_one_async(queries.history_span)
+    if span and span["first"] is not None:
+        await upkeep.run(queries.create_history_days, first=span["first"], last=span["last"])
+    moved = await upkeep.batches(queries.move_finished_jobs)
+    moved_attempts = await upkeep.batches(queries.move_legacy_attempts)
+    if moved or moved_attempts:
+        logger.info(
+            "retention: moved %d finished jobs and %d attempts into the history",
+            moved,
+            moved_attempts,
+        )
+    return moved
+
+
+def move_history(db: Database) -> int:
+    """``cronbase migrate``: move now what the history's live-table era left (workers' retention
+    rounds do it in the background otherwise); how many jobs moved."""
+
+    async def run() -> int:
+        opened = await db.open_async_pool(name="cronbase-migrate", min_size=1, max_size=1)
+        try:
+            return await move_finished(_Upkeep(opened, db, lock_key(db.schema), wait=True))
+        finally:
+            await opened.close()
+
+    return asyncio.run(run())
+
+
+class _Upkeep:
+    """Runs the retention statements, each with the maintenance lock (``key``) in its own
+    transaction; a statement's first column says whether it had the lock, its second what it
+    did."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool, db: Database, key: int, *, wait: bool = False
+    ) -> None:
+        self.pool, self.db, self.key, self.wait = pool, db, key, wait
+
+    async def run(self, query: bytes, **params: Any) -> Any:
+        """One statement; what it did, or None when another worker holds the lock (``wait``:
+        once more after a moment, for `cronbase migrate`, until it has it)."""
+        while True:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(query, {"key": self.key, "limit": PRUNE_BATCH, **params})
+                locked, did = await cur.fetchone() or (False, None)
+            if locked or not self.wait:
+                return did if locked else None
+            await asyncio.sleep(0.2)
+
+    async def batches(self, query: bytes, **params: Any) -> int:
+        """A batch statement until one does less than a batch (or loses the lock): the total."""
+        total = 0
+        while True:
+            n = await self.run(query, **params)
+            total += int(n or 0)
+            if n is None or n < PRUNE_BATCH:
+                return total
+            await asyncio.sleep(0)  # let the worker's own statements through
 
 
 async def run_retention(pool: AsyncConnectionPool, db: Database, retention: Retention) -> None:

@@ -61,7 +61,11 @@ def wait_job(db: Database, job_id: int, timeout: float | timedelta | None = None
     try:
         if listener is not None:
             listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(db.queries.done_channel)))
-        job = _job(job_id, db.fetch_one(db.queries.watch_job, {"id": job_id}))
+        # Nothing: the job moved to the history while the statement ran (its UPDATE found the
+        # row gone, its read of the history had an older snapshot); a fresh read finds it.
+        params = {"id": job_id}
+        row = db.fetch_one(db.queries.watch_job, params) or db.fetch_one(db.queries.get_job, params)
+        job = _job(job_id, row)
         delay = POLL_FIRST
         while not job.status.is_final:
             left = POLL_MAX if deadline is None else deadline - time.monotonic()
@@ -98,7 +102,9 @@ async def wait_job_async(
         if listener is not None:
             channel = sql.Identifier(db.queries.done_channel)
             await listener.execute(sql.SQL("LISTEN {}").format(channel))
-        row = await db.fetch_one_async(db.queries.watch_job, {"id": job_id})
+        params = {"id": job_id}
+        row = await db.fetch_one_async(db.queries.watch_job, params)
+        row = row or await db.fetch_one_async(db.queries.get_job, params)  # as in wait_job
         job = _job(job_id, row)
         delay = POLL_FIRST
         while not job.status.is_final:

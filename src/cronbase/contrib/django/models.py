@@ -55,7 +55,8 @@ class Job(models.Model):  # type: ignore[misc]  # django has no type hints here
 
     class Meta:
         managed = False
-        db_table = '"cronbase"."jobs"'
+        # Live and finished jobs (a view over jobs and jobs_history, migration 0015).
+        db_table = '"cronbase"."jobs_all"'
         ordering: ClassVar[list[str]] = ["-id"]
         permissions: ClassVar[list[tuple[str, str]]] = [
             ("operate_job", "Can retry, cancel and requeue jobs"),
@@ -81,7 +82,7 @@ class JobAttempt(models.Model):  # type: ignore[misc]
 
     class Meta:
         managed = False
-        db_table = '"cronbase"."job_attempts"'
+        db_table = '"cronbase"."job_attempts_all"'
         ordering: ClassVar[list[str]] = ["attempt", "finished_at"]
         verbose_name = "attempt"
 

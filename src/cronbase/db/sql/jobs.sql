@@ -19,43 +19,25 @@ WITH ins AS (
 SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 
 -- name: insert_job_unique
--- Insert one job with an idempotency and/or dedupe key, or of a unique_for task; on conflict
--- return the existing job. A unique_for job's key is its task and rendered key
--- (%(unique_prefix)s) and the number of its window: run_at (database time) over the period, in
--- whole %(unique_seconds)s since the epoch, so windows are aligned in UTC and the same for every
--- enqueuer, whatever its clock (River's by-period uniqueness, PR #734).
--- The second branch runs only when the insert did nothing. It can miss a row committed after this
--- statement's snapshot was taken (the conflicting insert we waited on); the caller then runs the
--- statement again, which takes a fresh snapshot. Only a job inserted (and due) notifies.
-WITH ins AS (
-    INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               idempotency_key, dedupe_key, metadata, flow_key, unique_for_key)
-    VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
-            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(idempotency_key)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s,
-            %(unique_prefix)s::text || floor(extract(epoch FROM COALESCE(
-                %(run_at)s::timestamptz, now() + %(delay)s::interval)) / %(unique_seconds)s::float8)::bigint)
-    ON CONFLICT DO NOTHING
-    RETURNING id, queue, run_at
-), notified AS (
-    SELECT pg_notify(%(channel)s, queue) FROM ins WHERE run_at <= now()
-)
-SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n
-UNION ALL
-SELECT id, false AS created FROM (
-    -- When the keys match different jobs, the idempotency key's job is the answer.
-    SELECT id, idempotency_key IS NOT DISTINCT FROM %(idempotency_key)s AS by_key
-    FROM {schema}.jobs
-    WHERE NOT EXISTS (SELECT FROM ins)
-      AND (idempotency_key = %(idempotency_key)s
-           OR (dedupe_key = %(dedupe_key)s AND status IN ('queued', 'failed', 'running'))
-           OR (unique_for_key = %(unique_prefix)s::text || floor(extract(epoch FROM COALESCE(
-                   %(run_at)s::timestamptz, now() + %(delay)s::interval))
-                   / %(unique_seconds)s::float8)::bigint
-               AND status <> 'cancelled'))
-    ORDER BY by_key DESC
-    LIMIT 1
-) existing;
+-- Insert one job with an idempotency and/or dedupe key, or of a unique_for task; when a key is
+-- held, return the job that holds it (insert_keyed_job, migration 0015: the keys live in
+-- job_keys, across the live table and the history). A unique_for job's key is its task and
+-- rendered key (%(unique_prefix)s) and the number of its window: run_at (database time) over the
+-- period, in whole %(unique_seconds)s since the epoch, so windows are aligned in UTC and the same
+-- for every enqueuer, whatever its clock (River's by-period uniqueness, PR #734); the key is free
+-- again when the window ends. Only a job inserted (and due) notifies. No row: the job that held
+-- the key ended meanwhile; the caller asks again.
+SELECT k.id, k.created
+FROM (SELECT COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval) AS run_at) r
+CROSS JOIN LATERAL (
+    SELECT floor(extract(epoch FROM r.run_at) / %(unique_seconds)s::float8)::bigint AS window
+) w
+CROSS JOIN LATERAL {schema}.insert_keyed_job(
+    %(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, r.run_at,
+    %(max_attempts)s, %(lease)s, %(metadata)s::jsonb, %(flow_key)s, %(idempotency_key)s,
+    %(dedupe_key)s, %(unique_prefix)s::text || w.window,
+    to_timestamp((w.window + 1) * %(unique_seconds)s::float8), %(channel)s
+) k;
 
 -- name: upsert_job_replace
 -- Debounce: a waiting job with the same dedupe key gets the new payload, priority and run_at.
@@ -146,9 +128,7 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- success's result as JSON text, or is NULL when none returned anything (unnest pads it).
 -- A success someone waits for (wait_notify, set by app.jobs.wait) is announced by the
 -- jobs_notify_done trigger (migration 0013); a drain nobody waits on sends no NOTIFY.
-WITH finished AS (
-    /* include: complete_jobs */
-), picked AS MATERIALIZED (
+WITH /* include: complete_jobs */, picked AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now() /* in_queues */
       AND flow_key IS NULL
@@ -164,16 +144,31 @@ SELECT * FROM claimed FULL JOIN (SELECT array_agg(id) AS written FROM finished) 
 
 -- fragment: complete_jobs
 -- The one place a job is written succeeded: the successes %(done_ids)b with their lease tokens
--- and results (claim_jobs carries them; complete_jobs writes them alone). Fenced by the token:
--- an attempt that lost its lease (reaped, cancelled, retried by an operator) matches nothing and
--- overwrites nothing. No history row: the job row records its final attempt.
-UPDATE {schema}.jobs j
-SET status = 'succeeded', finished_at = now(), progress = 100, result = o.result::jsonb,
-    locked_until = NULL, lease_token = NULL, updated_at = now()
-FROM unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
-    AS o(id, token, result)
-WHERE j.id = o.id AND j.lease_token = o.token
-RETURNING j.id
+-- and results (claim_jobs carries them; complete_jobs writes them alone), moved from the live
+-- table to the history in this statement (`done`, then `finished`). Fenced by the token: an
+-- attempt that lost its lease (reaped, cancelled, retried by an operator) matches nothing and
+-- moves nothing. No history row in job_attempts: the job's row records its final attempt.
+done AS (
+    DELETE FROM {schema}.jobs j
+    USING unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
+        AS o(id, token, result)
+    WHERE j.id = o.id AND j.lease_token = o.token
+    RETURNING j.*, o.result AS new_result
+), finished AS (
+    /* archive done: status = 'succeeded'; finished_at = now(); progress = 100;
+       result = done.new_result::jsonb; locked_until = NULL; lease_token = NULL;
+       updated_at = now() */
+    RETURNING id
+)
+
+-- fragment: job_columns
+-- Every column of jobs (and of jobs_history, made LIKE it), in their order: what a move writes
+-- (db/queries.py's archive and restore; tests/integration/test_history.py checks the list).
+id, task, queue, payload, status, priority, run_at, attempts, max_attempts, lease, locked_by,
+locked_until, lease_token, idempotency_key, dedupe_key, progress, stage, last_error, error_type,
+started_at, created_at, updated_at, finished_at, metadata, flow_key, result, snoozes,
+wait_notify, unique_for_key, parents_left, has_dependents, on_parent_failure, receives,
+workflow_id, waiting_for
 
 -- fragment: lease_picked
 -- Lease the rows of the `picked` CTE (claim_jobs, claim_flow_jobs): running, attempt counted, a
@@ -191,14 +186,15 @@ RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attem
 -- name: complete_jobs
 -- Write successes that no claim carries (a worker claiming nothing; a handler's transaction(),
 -- in its own transaction): the ids written in `written`.
-WITH finished AS (
-    /* include: complete_jobs */
-)
+WITH /* include: complete_jobs */
 SELECT array_agg(id) AS written FROM finished;
 
 -- name: finish_jobs
 -- Record the outcomes of many attempts that did not succeed in one statement, with a history row
--- each (successes are written by the complete_jobs fragment, which claim_jobs carries).
+-- each (successes are written by the complete_jobs fragment, which claim_jobs carries). A job
+-- that ends (dead, cancelled) moves to jobs_history in this statement; one that waits again
+-- (failed with attempts left, snoozed) stays, updated. `target` locks the fenced rows and decides
+-- where each goes; `retried` and `gone` then write them, each row once.
 -- Fenced by the lease token: an attempt that lost its lease (reaped, cancelled, retried by an
 -- operator) matches nothing, so it can never overwrite what a newer attempt wrote.
 -- outcome 'failed' retries after retry_in seconds unless attempts are used up; 'dead' gives up;
@@ -218,53 +214,58 @@ WITH outcome AS (
                 %(retry_in)s::float8[], %(errors)s::text[], %(error_types)s::text[],
                 %(tracebacks)s::text[], %(snooze_caps)s::integer[])
         AS o(id, token, outcome, retry_in, error, error_type, traceback, snooze_cap)
-), finished AS (
+), target AS MATERIALIZED (
+    SELECT j.id, o.outcome, o.retry_in, o.error, o.error_type, o.traceback, o.snoozing,
+           o.uncounted, o.snooze_cap, j.attempts, j.snoozes,
+           CASE WHEN o.outcome = 'cancelled' THEN 'cancelled'
+                WHEN o.snoozing AND j.snoozes < o.cap THEN 'queued'
+                WHEN o.outcome IN ('dead', 'snoozed') OR j.attempts >= j.max_attempts THEN 'dead'
+                ELSE 'failed' END AS status
+    FROM {schema}.jobs j JOIN outcome o ON j.id = o.id AND j.lease_token = o.token
+    WHERE o.outcome IN ('failed', 'dead', 'cancelled', 'snoozed')
+    FOR NO KEY UPDATE OF j
+), retried AS (
     UPDATE {schema}.jobs j
-    SET status = CASE
-            WHEN o.outcome = 'cancelled' THEN 'cancelled'
-            WHEN o.snoozing AND j.snoozes < o.cap THEN 'queued'
-            WHEN o.outcome IN ('dead', 'snoozed') OR j.attempts >= j.max_attempts THEN 'dead'
-            ELSE 'failed' END,
-        attempts = CASE WHEN o.snoozing AND j.snoozes < o.cap
-                        THEN j.attempts - 1 ELSE j.attempts END,
-        snoozes = CASE WHEN o.snoozing AND NOT o.uncounted AND j.snoozes < o.cap
-                       THEN j.snoozes + 1 ELSE j.snoozes END,
-        run_at = CASE
-            WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
-                 OR (o.snoozing AND j.snoozes < o.cap)
-            THEN now() + make_interval(secs => o.retry_in)
-            ELSE j.run_at END,
-        finished_at = CASE
-            WHEN (o.outcome = 'failed' AND j.attempts < j.max_attempts)
-                 OR (o.snoozing AND j.snoozes < o.cap) THEN NULL
-            ELSE now() END,
-        last_error = CASE
-            WHEN o.snoozing AND j.snoozes < o.cap THEN j.last_error
-            WHEN o.snoozing
-                THEN format('snoozed %%s times: the task allows %%s (max_snoozes)',
-                            j.snoozes + 1, o.snooze_cap)
-            ELSE o.error END,
-        error_type = CASE
-            WHEN o.snoozing AND j.snoozes < o.cap THEN j.error_type
-            WHEN o.snoozing THEN 'SnoozeLimit'
-            ELSE o.error_type END,
-        locked_by = NULL,
-        locked_until = NULL, lease_token = NULL, updated_at = now()
-    FROM outcome o
-    WHERE j.id = o.id AND j.lease_token = o.token
-    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at, j.last_error,
-              j.error_type, o.snoozing, o.error, o.error_type AS given_type, o.traceback
+    SET status = t.status,
+        attempts = CASE WHEN t.status = 'queued' THEN t.attempts - 1 ELSE t.attempts END,
+        snoozes = CASE WHEN t.status = 'queued' AND NOT t.uncounted
+                       THEN t.snoozes + 1 ELSE t.snoozes END,
+        run_at = now() + make_interval(secs => t.retry_in),
+        finished_at = NULL,
+        last_error = CASE WHEN t.status = 'queued' THEN j.last_error ELSE t.error END,
+        error_type = CASE WHEN t.status = 'queued' THEN j.error_type ELSE t.error_type END,
+        locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status IN ('queued', 'failed')
+    RETURNING j.id, j.status, j.attempts, j.started_at, j.run_at, j.last_error, j.error_type
+), gone AS (
+    DELETE FROM {schema}.jobs j USING target t
+    WHERE j.id = t.id AND t.status IN ('dead', 'cancelled')
+    RETURNING j.*, t.status AS new_status, t.snoozing AS was_snoozing, t.error AS new_error,
+              t.error_type AS new_error_type, t.snooze_cap AS given_cap
+), ended AS (
+    /* archive gone: status = gone.new_status; finished_at = now();
+       last_error = CASE WHEN gone.was_snoozing AND gone.new_status = 'dead'
+           THEN format('snoozed %%s times: the task allows %%s (max_snoozes)', gone.snoozes + 1,
+                       gone.given_cap)
+           ELSE gone.new_error END;
+       error_type = CASE WHEN gone.was_snoozing AND gone.new_status = 'dead' THEN 'SnoozeLimit'
+           ELSE gone.new_error_type END;
+       locked_by = NULL; locked_until = NULL; lease_token = NULL; updated_at = now() */
+    RETURNING id, status, attempts, started_at, run_at, last_error, error_type
+), finished AS (
+    SELECT * FROM retried UNION ALL SELECT * FROM ended
 ), history AS (
     INSERT INTO {schema}.job_attempts
         (job_id, attempt, worker, started_at, outcome, error, error_type, traceback)
-    SELECT id,
-           CASE WHEN status = 'queued' THEN attempts + 1 ELSE attempts END,
-           %(worker)s, started_at,
-           CASE WHEN status = 'queued' THEN 'snoozed' ELSE status END,
-           CASE WHEN snoozing AND status = 'dead' THEN last_error ELSE error END,
-           CASE WHEN snoozing AND status = 'dead' THEN error_type ELSE given_type END,
-           traceback
-    FROM finished
+    SELECT f.id,
+           CASE WHEN f.status = 'queued' THEN f.attempts + 1 ELSE f.attempts END,
+           %(worker)s, f.started_at,
+           CASE WHEN f.status = 'queued' THEN 'snoozed' ELSE f.status END,
+           CASE WHEN t.snoozing AND f.status = 'dead' THEN f.last_error ELSE t.error END,
+           CASE WHEN t.snoozing AND f.status = 'dead' THEN f.error_type ELSE t.error_type END,
+           t.traceback
+    FROM finished f JOIN target t ON t.id = f.id
 )
 SELECT id, status, run_at FROM finished;
 
@@ -334,35 +335,50 @@ WITH released AS (
 SELECT r.id FROM released r, (SELECT count(*) FROM notified) n;
 
 -- name: reap_expired_jobs
--- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead when their
--- attempts are used up. SKIP LOCKED lets every worker run this without queueing behind another.
+-- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead (moved to
+-- the history) when their attempts are used up. SKIP LOCKED lets every worker run this without
+-- queueing behind another.
 WITH expired AS MATERIALIZED (
-    SELECT id, locked_by, locked_until FROM {schema}.jobs
+    SELECT id, locked_by, locked_until, attempts >= max_attempts AS used_up FROM {schema}.jobs
     WHERE status = 'running' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE {schema}.jobs j
-    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'failed' END,
-        run_at = now(),
-        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    SET status = 'failed', run_at = now(),
         last_error = format('lease expired at %%s: worker %%s stopped renewing it',
                             e.locked_until, e.locked_by),
         error_type = 'LeaseExpired',
         locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = now()
     FROM expired e
-    WHERE j.id = e.id
+    WHERE j.id = e.id AND NOT e.used_up
     RETURNING j.id, j.queue, j.status, j.attempts, j.started_at, j.last_error, e.locked_by
+), gone AS (
+    DELETE FROM {schema}.jobs j USING expired e
+    WHERE j.id = e.id AND e.used_up
+    RETURNING j.*, e.locked_by AS lost_by,
+              format('lease expired at %%s: worker %%s stopped renewing it', e.locked_until,
+                     e.locked_by) AS lost_error
+), dead AS (
+    /* archive gone: status = 'dead'; finished_at = now(); last_error = gone.lost_error;
+       error_type = 'LeaseExpired'; locked_by = NULL; locked_until = NULL; lease_token = NULL;
+       updated_at = now() */
+    RETURNING id, queue, status, attempts, started_at, last_error
+), ended AS (
+    SELECT id, queue, status, attempts, started_at, last_error, locked_by FROM reaped
+    UNION ALL
+    SELECT d.id, d.queue, d.status, d.attempts, d.started_at, d.last_error, g.lost_by
+    FROM dead d JOIN gone g ON g.id = d.id
 ), history AS (
     INSERT INTO {schema}.job_attempts
         (job_id, attempt, worker, started_at, outcome, error, error_type)
-    SELECT id, attempts, locked_by, started_at, 'lost', last_error, 'LeaseExpired' FROM reaped
+    SELECT id, attempts, locked_by, started_at, 'lost', last_error, 'LeaseExpired' FROM ended
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue)
-    FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'failed') q
+    FROM (SELECT DISTINCT queue FROM reaped) q
 )
-SELECT r.id, r.status FROM reaped r, (SELECT count(*) FROM notified) n;
+SELECT e.id, e.status FROM ended e, (SELECT count(*) FROM notified) n;
 
 -- name: limit_idle_transaction
 -- In transaction(), just before finish_jobs: from then until COMMIT the job's row is locked, out
@@ -379,12 +395,12 @@ SELECT set_config('idle_in_transaction_session_timeout', %(milliseconds)s, true)
 SELECT EXISTS (SELECT FROM {schema}.jobs WHERE id = %(id)s AND lease_token = %(token)s) AS held;
 
 -- name: get_job
--- One job by id.
-SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+-- One job by id, live or finished (one probe per day of history).
+SELECT * FROM {schema}.jobs_all WHERE id = %(id)s;
 
 -- name: list_jobs
--- Newest first, optionally filtered; for operators, not the hot path.
-SELECT * FROM {schema}.jobs
+-- Newest first, optionally filtered, live and finished; for operators, not the hot path.
+SELECT * FROM {schema}.jobs_all
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -395,53 +411,74 @@ LIMIT %(limit)s;
 -- Every ended attempt of one job, oldest first: the history rows, and a succeeded job's final
 -- attempt, which its own row records (claim_jobs writes no history row for a success).
 SELECT job_id, attempt, worker, started_at, finished_at, outcome, error, error_type, traceback
-FROM {schema}.job_attempts WHERE job_id = %(id)s
+FROM {schema}.job_attempts_all WHERE job_id = %(id)s
 UNION ALL
 SELECT id, attempts, locked_by, started_at, finished_at, 'succeeded', NULL, NULL, NULL
-FROM {schema}.jobs WHERE id = %(id)s AND status = 'succeeded'
+FROM {schema}.jobs_all WHERE id = %(id)s AND status = 'succeeded'
 ORDER BY attempt, finished_at;
 
 -- name: retry_job
--- Run a job again now: any state but running or pending (a pending job waits for its parents;
--- resolve_dependents, migration 0012, puts back the dependents a failed job's end cancelled).
--- max_attempts grows so the retry is not immediately dead. A succeeded job's final attempt, recorded by its row until now, is written to
--- the history first. Notifies so an idle worker picks it up at once.
-WITH target AS (
+-- Run a job again now: any state but running or pending (a pending job waits for its parents).
+-- A waiting job (queued, failed) is updated in place; a finished one moves back from the history
+-- (a row a previous release finished in place is updated), and the dependents its failure
+-- cancelled wait for it again (repend_dependents). max_attempts grows so the retry is not
+-- immediately dead. A succeeded job's final attempt, recorded by its row until now, is written to
+-- job_attempts first. Notifies so an idle worker picks it up at once.
+WITH live AS MATERIALIZED (
     SELECT id, status, attempts, locked_by, started_at, finished_at FROM {schema}.jobs
     WHERE id = %(id)s AND status NOT IN ('running', 'pending')
     FOR UPDATE
+), back AS (
+    DELETE FROM {schema}.jobs_history h
+    WHERE h.id = %(id)s AND NOT EXISTS (SELECT FROM {schema}.jobs WHERE id = %(id)s)
+    RETURNING h.*
 ), history AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, worker, started_at, finished_at, outcome)
-    SELECT id, attempts, locked_by, started_at, finished_at, 'succeeded' FROM target
+    SELECT id, attempts, locked_by, started_at, finished_at, 'succeeded' FROM live
     WHERE status = 'succeeded'
-), retried AS (
+    UNION ALL
+    SELECT id, attempts, locked_by, started_at, finished_at, 'succeeded' FROM back
+    WHERE status = 'succeeded'
+), in_place AS (
     UPDATE {schema}.jobs j
     SET status = 'queued', run_at = now(),
         max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
         finished_at = NULL, locked_by = NULL, locked_until = NULL, lease_token = NULL,
         updated_at = now()
-    FROM target t
+    FROM live t
     WHERE j.id = t.id
     RETURNING j.*
+), moved AS (
+    /* restore back: status = 'queued'; run_at = now();
+       max_attempts = GREATEST(back.max_attempts, back.attempts + 1); finished_at = NULL;
+       locked_by = NULL; locked_until = NULL; lease_token = NULL; updated_at = now() */
+    RETURNING *
+), repended AS (
+    SELECT {schema}.repend_dependents(id) FROM back
+    WHERE has_dependents AND status IN ('dead', 'cancelled')
+), retried AS (
+    SELECT * FROM in_place UNION ALL SELECT * FROM moved
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM retried
 )
-SELECT r.* FROM retried r, (SELECT count(*) FROM notified) n;
+SELECT r.* FROM retried r, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM repended) p;
 
 -- name: cancel_job
--- Cancel a waiting or running job. A running attempt's later completion is fenced out; its
--- worker notices at the next heartbeat (current_job().is_cancelled() turns true).
+-- Cancel a waiting or running job: it moves to the history. A running attempt's later completion
+-- is fenced out; its worker notices at the next heartbeat (current_job().is_cancelled()). A
+-- unique_for window it held is free again (job_keys: a cancelled job's u: key is taken over).
 WITH target AS (
     SELECT id, status, attempts, locked_by, started_at FROM {schema}.jobs
     WHERE id = %(id)s
     FOR UPDATE
-), cancelled AS (
-    UPDATE {schema}.jobs j
-    SET status = 'cancelled', finished_at = now(), locked_by = NULL, locked_until = NULL,
-        lease_token = NULL, updated_at = now()
-    FROM target t
+), gone AS (
+    DELETE FROM {schema}.jobs j USING target t
     WHERE j.id = t.id AND t.status IN ('pending', 'queued', 'failed', 'running')
     RETURNING j.*
+), cancelled AS (
+    /* archive gone: status = 'cancelled'; finished_at = now(); locked_by = NULL;
+       locked_until = NULL; lease_token = NULL; updated_at = now() */
+    RETURNING *
 ), history AS (
     INSERT INTO {schema}.job_attempts
         (job_id, attempt, worker, started_at, outcome, error, error_type)
@@ -453,12 +490,18 @@ WITH target AS (
 SELECT c.* FROM cancelled c;
 
 -- name: count_jobs_by_status
--- Counts per queue and status, for the CLI and the demo.
-SELECT queue, status, count(*) AS count FROM {schema}.jobs GROUP BY queue, status
+-- Counts per queue and status, live and finished, for the CLI and the demo.
+SELECT queue, status, count(*) AS count FROM {schema}.jobs_all GROUP BY queue, status
 ORDER BY queue, status;
 
 -- name: watch_job
 -- A caller of app.jobs.wait: mark the job so that its final state is announced on
--- {done_channel}, and read it (a job already final is the answer).
-UPDATE {schema}.jobs SET wait_notify = true WHERE id = %(id)s
-RETURNING *;
+-- {done_channel}, and read it (a job already final, in the history, is the answer).
+WITH marked AS (
+    UPDATE {schema}.jobs SET wait_notify = true WHERE id = %(id)s
+    RETURNING *
+)
+SELECT * FROM marked
+UNION ALL
+SELECT * FROM {schema}.jobs_history WHERE id = %(id)s AND NOT EXISTS (SELECT FROM marked);
+

@@ -14,10 +14,13 @@ WHERE name = %(name)s
 RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
 
 -- name: list_queues
--- Every queue that has jobs or was ever paused or limited.
+-- Every queue that has live jobs, or jobs in the history that queue_overview counts (dead ones,
+-- and the last day's), or was ever paused or limited.
 SELECT n.name, COALESCE(q.is_paused, false) AS is_paused, q.paused_at, q.paused_by,
        q.max_running, q.rate_n, q.rate_period
 FROM (SELECT DISTINCT queue AS name FROM {schema}.jobs
+      UNION SELECT queue FROM {schema}.jobs_history
+      WHERE status = 'dead' OR finished_at > now() - interval '1 day'
       UNION SELECT name FROM {schema}.queues) n
 LEFT JOIN {schema}.queues q USING (name)
 ORDER BY n.name;
@@ -34,11 +37,21 @@ SELECT * FROM {schema}.audit_log ORDER BY at DESC, id DESC LIMIT %(limit)s;
 -- Per queue: counts by status (and how many of the queued are scheduled: run_at still ahead),
 -- paused or not, its limits, the oldest due job's wait so far, and the wait
 -- (start minus due time) of the jobs started in the last hour at the 50th and 95th percentile.
-WITH counts AS (
+-- Live jobs are counted all; of the history, the dead ones all (an operator requeues them) and
+-- the succeeded and cancelled ones of the last day: a count over months of history would read
+-- all of it on every refresh (the days outside are pruned by finished_at).
+WITH per_status AS (
+    SELECT queue, status, count(*) AS n,
+           count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS later
+    FROM {schema}.jobs GROUP BY queue, status
+    UNION ALL
+    SELECT queue, status, count(*), 0 FROM {schema}.jobs_history
+    WHERE status = 'dead' OR finished_at > now() - interval '1 day'
+    GROUP BY queue, status
+), counts AS (
     SELECT queue, jsonb_object_agg(status, n) AS counts, sum(later)::bigint AS scheduled
-    FROM (SELECT queue, status, count(*) AS n,
-                 count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS later
-          FROM {schema}.jobs GROUP BY queue, status) c
+    FROM (SELECT queue, status, sum(n) AS n, sum(later) AS later FROM per_status
+          GROUP BY queue, status) c
     GROUP BY queue
 ), oldest AS (
     SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS oldest_wait
@@ -51,7 +64,11 @@ WITH counts AS (
            percentile_cont(0.95) WITHIN GROUP (ORDER BY w) AS wait_p95
     FROM (SELECT queue, greatest(extract(epoch FROM started_at - run_at)::float8, 0) AS w
           FROM {schema}.jobs
-          WHERE started_at > now() - interval '1 hour' AND status <> 'failed') s
+          WHERE started_at > now() - interval '1 hour' AND status <> 'failed'
+          UNION ALL
+          SELECT queue, greatest(extract(epoch FROM started_at - run_at)::float8, 0)
+          FROM {schema}.jobs_history
+          WHERE finished_at > now() - interval '1 hour' AND started_at > now() - interval '1 hour') s
     GROUP BY queue
 ), names AS (
     SELECT queue FROM counts UNION SELECT name FROM {schema}.queues
@@ -68,13 +85,13 @@ ORDER BY n.queue;
 
 -- name: throughput_by_minute
 -- Attempts ended per minute over the last hour: succeeded, and failed (retrying or dead).
--- Successes are the history's (succeeded jobs since retried) and the succeeded jobs' own rows,
--- which record their final attempt (jobs_status_finished_idx finds them by status and time).
+-- Successes are the succeeded jobs' own rows (the history's recent days, by finished_at), which
+-- record their final attempt, and job_attempts' (succeeded jobs since retried).
 WITH ended AS (
-    SELECT finished_at, outcome FROM {schema}.job_attempts
+    SELECT finished_at, outcome FROM {schema}.job_attempts_all
     WHERE finished_at > date_trunc('minute', now()) - interval '59 minutes'
     UNION ALL
-    SELECT finished_at, 'succeeded' FROM {schema}.jobs
+    SELECT finished_at, 'succeeded' FROM {schema}.jobs_all
     WHERE status = 'succeeded'
       AND finished_at > date_trunc('minute', now()) - interval '59 minutes'
 )
@@ -97,12 +114,14 @@ ORDER BY started_at
 LIMIT %(limit)s;
 
 -- name: requeue_dead_jobs
--- Run dead jobs again now (optionally of one task or queue). A dead job whose dedupe key is
--- held by a waiting or running job stays dead (the key's job will do the work); of several
--- dead jobs with one dedupe key, the newest is requeued.
+-- Run dead jobs again now (optionally of one task or queue): moved back from the history (a
+-- previous release's dead row in the live table is updated in place), and the dependents their
+-- death cancelled wait for them again. A dead job whose dedupe key is held by a waiting or
+-- running job stays dead (the key's job will do the work); of several dead jobs with one dedupe
+-- key, the newest is requeued.
 WITH candidates AS (
     SELECT DISTINCT ON (j.dedupe_key IS NULL, COALESCE(j.dedupe_key, j.id::text)) j.id
-    FROM {schema}.jobs j
+    FROM {schema}.jobs_all j
     WHERE j.status = 'dead'
       AND (%(task)s::text IS NULL OR j.task = %(task)s)
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
@@ -110,7 +129,7 @@ WITH candidates AS (
           SELECT FROM {schema}.jobs o
           WHERE o.dedupe_key = j.dedupe_key AND o.status IN ('queued', 'failed', 'running')))
     ORDER BY j.dedupe_key IS NULL, COALESCE(j.dedupe_key, j.id::text), j.id DESC
-), requeued AS (
+), in_place AS (
     UPDATE {schema}.jobs j
     SET status = 'queued', run_at = now(), max_attempts = GREATEST(j.max_attempts, j.attempts + 1),
         finished_at = NULL, locked_by = NULL, locked_until = NULL, lease_token = NULL,
@@ -118,49 +137,104 @@ WITH candidates AS (
     FROM candidates c
     WHERE j.id = c.id AND j.status = 'dead'
     RETURNING j.id, j.queue
+), back AS (
+    DELETE FROM {schema}.jobs_history h USING candidates c
+    WHERE h.id = c.id AND h.status = 'dead'
+    RETURNING h.*
+), moved AS (
+    /* restore back: status = 'queued'; run_at = now();
+       max_attempts = GREATEST(back.max_attempts, back.attempts + 1); finished_at = NULL;
+       locked_by = NULL; locked_until = NULL; lease_token = NULL; updated_at = now() */
+    RETURNING id, queue
+), repended AS (
+    SELECT {schema}.repend_dependents(id) FROM back WHERE has_dependents
+), requeued AS (
+    SELECT * FROM in_place UNION ALL SELECT * FROM moved
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM requeued) q
 )
-SELECT r.id FROM requeued r, (SELECT count(*) FROM notified) n ORDER BY r.id;
+SELECT r.id FROM requeued r, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM repended) p
+ORDER BY r.id;
+
+-- fragment: forget_jobs
+-- What names the jobs a `gone` CTE deleted (its id column), deleted with them: their keys in
+-- job_keys, the edges of job_deps they are in, their attempts (job_attempts, and the legacy
+-- table's of before migration 0015). A dropped day of the history cleans the same (its function).
+keys_gone AS (
+    DELETE FROM {schema}.job_keys k USING gone g WHERE k.job_id = g.id
+), parents_gone AS (
+    DELETE FROM {schema}.job_deps d USING gone g WHERE d.parent = g.id
+), children_gone AS (
+    DELETE FROM {schema}.job_deps d USING gone g WHERE d.child = g.id
+), attempts_gone AS (
+    DELETE FROM {schema}.job_attempts a USING gone g WHERE a.job_id = g.id
+), legacy_attempts_gone AS (
+    DELETE FROM {schema}.job_attempts_legacy a USING gone g WHERE a.job_id = g.id
+)
 
 -- name: prune_jobs
--- Delete up to %(limit)s finished jobs of the given statuses that ended before the cutoff
--- (their attempts go with them: ON DELETE CASCADE). Small batches keep locks and WAL short.
--- One row: how many were deleted.
-WITH doomed AS (
+-- `cronbase prune`: delete up to %(limit)s finished jobs of the given statuses that ended more
+-- than %(older_than)s ago, row by row: from the history (what is left after its whole days were
+-- dropped: drop_history_days, the day the cutoff falls in and the default partitions) and a
+-- previous release's finished rows in the live table; with what names them. One row: how many.
+WITH doomed_done AS (
+    SELECT id, status FROM {schema}.jobs_history
+    WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
+    LIMIT %(limit)s
+), done_gone AS (
+    DELETE FROM {schema}.jobs_history h USING doomed_done d
+    WHERE h.id = d.id AND h.status = d.status AND h.status = ANY (%(statuses)s::text[])
+    RETURNING h.id
+), doomed_live AS (
     SELECT id FROM {schema}.jobs
     WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), deleted AS (
-    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
-)
-SELECT count(*)::integer AS deleted FROM deleted;
+), live_gone AS (
+    DELETE FROM {schema}.jobs j USING doomed_live d WHERE j.id = d.id RETURNING j.id
+), gone AS (
+    SELECT id FROM done_gone UNION ALL SELECT id FROM live_gone
+), /* include: forget_jobs */
+SELECT count(*)::integer AS deleted FROM gone;
 
--- name: prune_jobs_exclusive
--- One retention batch, run only by the caller that gets the advisory lock: one pruner at a time
--- across all workers. The lock is transaction-scoped (it ends with this statement), so it works
--- through a transaction pooler, where a session lock would be taken on one server connection and
--- released on another. Rows: whether the lock was had, and how many jobs were deleted.
+-- name: prune_defaults_exclusive
+-- A worker's retention batch for the rows whole days cannot drop: finished jobs in the history's
+-- default partitions (their day had no partition when they finished: the upgrade's or a long
+-- outage's) past their status's age (%(succeeded)s, %(cancelled)s, %(dead)s; NULL keeps them),
+-- with what names them. Run only by the caller that gets the advisory lock, one pruner at a time
+-- across all workers; the lock is transaction-scoped (it ends with this statement), so it works
+-- through a transaction pooler. Rows: whether the lock was had, how many jobs were deleted.
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), doomed AS (
-    SELECT id FROM {schema}.jobs
-    WHERE (SELECT got FROM lock)
-      AND status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+), succeeded_gone AS (
+    DELETE FROM {schema}.jobs_history_succeeded_default WHERE id IN (
+        SELECT id FROM {schema}.jobs_history_succeeded_default
+        WHERE (SELECT got FROM lock) AND finished_at < now() - %(succeeded)s::interval
+        LIMIT %(limit)s)
+    RETURNING id
+), cancelled_gone AS (
+    DELETE FROM {schema}.jobs_history_cancelled_default WHERE id IN (
+        SELECT id FROM {schema}.jobs_history_cancelled_default
+        WHERE (SELECT got FROM lock) AND finished_at < now() - %(cancelled)s::interval
+        LIMIT %(limit)s)
+    RETURNING id
+), dead_gone AS (
+    DELETE FROM {schema}.jobs_history_dead_default WHERE id IN (
+        SELECT id FROM {schema}.jobs_history_dead_default
+        WHERE (SELECT got FROM lock) AND finished_at < now() - %(dead)s::interval
+        LIMIT %(limit)s)
+    RETURNING id
 ), gone AS (
-    DELETE FROM {schema}.jobs j USING doomed d WHERE j.id = d.id RETURNING 1
-)
+    SELECT id FROM succeeded_gone UNION ALL SELECT id FROM cancelled_gone
+    UNION ALL SELECT id FROM dead_gone
+), /* include: forget_jobs */
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
 
 -- name: search_jobs
 -- The dashboard's job list: filters, a search by id or key (idempotency, dedupe, or a
--- schedule slot), newest first, one page at a time.
-SELECT * FROM {schema}.jobs
+-- schedule slot), newest first, one page at a time; live and finished jobs.
+SELECT * FROM {schema}.jobs_all
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -199,31 +273,37 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
 -- name: count_prunable
 -- What prune_jobs would delete (cronbase prune --dry-run): finished jobs of %(statuses)s that
 -- ended more than %(older_than)s ago, by status.
-SELECT status, count(*) AS n FROM {schema}.jobs
+SELECT status, count(*) AS n FROM {schema}.jobs_all
 WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
 GROUP BY status
 ORDER BY status;
 
 -- name: delete_finished_jobs
 -- The dashboard's bulk delete: finished jobs only (a waiting or running job is cancelled first,
--- so a worker never loses a row under its lease); their attempts go with them (the foreign key).
-DELETE FROM {schema}.jobs
-WHERE id = ANY (%(ids)s::bigint[]) AND status IN ('succeeded', 'dead', 'cancelled')
-RETURNING id;
+-- so a worker never loses a row under its lease), from the history (or the live table, for a
+-- previous release's finished rows); their attempts stay until their day is dropped.
+WITH done AS (
+    DELETE FROM {schema}.jobs_history WHERE id = ANY (%(ids)s::bigint[]) RETURNING id
+), live AS (
+    DELETE FROM {schema}.jobs
+    WHERE id = ANY (%(ids)s::bigint[]) AND status IN ('succeeded', 'dead', 'cancelled')
+    RETURNING id
+)
+SELECT id FROM done UNION ALL SELECT id FROM live;
 
 -- name: task_stats
 -- Per task and queue, over the last %(window)s: attempts that ended, succeeded and failed
 -- (failed, dead or lost), and the p50/p95 run time of the successes. Successes are the job rows
--- (jobs_status_finished_idx) and the history's successes of jobs since retried; failures are
--- the history's (job_attempts_finished_idx).
+-- (the history's days in the window, by finished_at) and job_attempts' successes of jobs since
+-- retried; failures are job_attempts' (its days in the window).
 WITH ended AS (
     SELECT task, queue, true AS ok, extract(epoch FROM finished_at - started_at)::float8 AS secs
-    FROM {schema}.jobs
+    FROM {schema}.jobs_all
     WHERE status = 'succeeded' AND finished_at > now() - %(window)s::interval
     UNION ALL
     SELECT j.task, j.queue, a.outcome = 'succeeded',
            extract(epoch FROM a.finished_at - a.started_at)::float8
-    FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+    FROM {schema}.job_attempts_all a JOIN {schema}.jobs_all j ON j.id = a.job_id
     WHERE a.finished_at > now() - %(window)s::interval
       AND a.outcome IN ('succeeded', 'failed', 'dead', 'lost')
 )

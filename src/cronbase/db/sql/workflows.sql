@@ -15,10 +15,19 @@
 -- Ids are drawn from the table's sequence up front, so edges and workflow_id can name them in
 -- the same statement. When an existing parent is not found, nothing is inserted: one row with
 -- a NULL id carries the missing parents' ids.
-WITH existing AS (
+WITH existing_live AS (
     UPDATE {schema}.jobs SET has_dependents = true
     WHERE id = ANY (%(after)s::bigint[])
     RETURNING id, task, status
+), existing_done AS (
+    -- A parent that finished already: its row in the history notes its dependents too (a retry
+    -- of it puts back the ones its failure cancels). Read in this statement's snapshot: a parent
+    -- finishing at this moment may be in neither; the caller asks again once (graph.py).
+    UPDATE {schema}.jobs_history SET has_dependents = true
+    WHERE id = ANY (%(after)s::bigint[])
+    RETURNING id, task, status
+), existing AS (
+    SELECT * FROM existing_live UNION ALL SELECT * FROM existing_done
 ), missing AS (
     SELECT array_agg(a.id ORDER BY a.id) AS ids
     FROM unnest(%(after)s::bigint[]) AS a(id)
@@ -91,12 +100,12 @@ ORDER BY 1;
 
 -- name: job_graph
 -- The graph a job belongs to, for jobs show and the dashboard: every job of its workflow (by
--- jobs_workflow_idx), or for a job outside one, the job with its parents and children; each
--- with its parents in order. At most %(limit)s jobs, the first by id.
+-- jobs_workflow_idx and jobs_history_workflow_idx), or for a job outside one, the job with its
+-- parents and children; each with its parents in order. At most %(limit)s jobs, the first by id.
 WITH start AS (
-    SELECT id, workflow_id FROM {schema}.jobs WHERE id = %(id)s
+    SELECT id, workflow_id FROM {schema}.jobs_all WHERE id = %(id)s
 ), members AS (
-    SELECT j.id FROM {schema}.jobs j JOIN start s ON j.workflow_id = s.workflow_id
+    SELECT j.id FROM {schema}.jobs_all j JOIN start s ON j.workflow_id = s.workflow_id
     UNION
     SELECT id FROM start
     UNION
@@ -109,7 +118,7 @@ SELECT j.id, j.task, j.status, j.result, j.parents_left, j.workflow_id, j.last_e
              ORDER BY d.position NULLS FIRST, d.parent) AS parents,
        (SELECT count(*) FROM members) AS total
 FROM (SELECT id FROM members ORDER BY id LIMIT %(limit)s) m
-JOIN {schema}.jobs j ON j.id = m.id
+JOIN {schema}.jobs_all j ON j.id = m.id
 ORDER BY j.id;
 
 -- name: lock_event_keys
