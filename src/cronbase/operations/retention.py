@@ -176,9 +176,10 @@ async def move_finished(upkeep: _Upkeep) -> int:
     place (or there since before migration 0015) and the legacy attempts, their days made first.
     Nothing to move is one index probe each."""
     queries = upkeep.db.queries
-    span = await upkeep.db.fetch_one_async(queries.history_span)
-    if span and span["first"] is not None:
-        await upkeep.run(queries.create_history_days, first=span["first"], last=span["last"])
+    async with upkeep.pool.connection() as conn:  # the worker's pool, as every upkeep statement
+        first, last = await (await conn.execute(queries.history_span)).fetchone() or (None, None)
+    if first is not None:
+        await upkeep.run(queries.create_history_days, first=first, last=last)
     moved = await upkeep.batches(queries.move_finished_jobs)
     moved_attempts = await upkeep.batches(queries.move_legacy_attempts)
     if moved or moved_attempts:
@@ -244,6 +245,11 @@ async def run_retention(pool: AsyncConnectionPool, db: Database, retention: Rete
             await prune_once(pool, db, retention)
             failing = False
         except Exception as exc:  # the database may be away; the next round tries again
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A cancel that arrived mid-statement can surface as psycopg's QueryCanceled
+                # (an Exception): the worker is stopping, so this round is the last.
+                raise asyncio.CancelledError from exc
             if not failing:  # once per run of failures, not every round
                 logger.warning("retention round failed (%s); retrying next round", exc)
             failing = True
