@@ -98,7 +98,7 @@ def test_retry_dead_of_a_task_then_prune(database_url: str, db: psycopg.Connecti
     assert both.returncode == 2
 
     ok(cronbase(database_url, "--app", APP, "worker", "--burst"))  # dead again
-    db.execute("UPDATE cronbase.jobs SET finished_at = now() - interval '40 days'")
+    db.execute("UPDATE cronbase.jobs_history SET finished_at = now() - interval '40 days'")
     out = ok(cronbase(database_url, "prune", "--older-than", "30d", "--status", "dead"))
     assert out.startswith("pruned 2 jobs (dead)")
     assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (0,)

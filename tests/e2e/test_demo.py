@@ -36,7 +36,7 @@ def demo_jobs(database_url: str) -> list[dict[str, Any]]:
     ):
         cur.execute(
             f"SELECT id, task, status, attempts, payload, idempotency_key, last_error "
-            f"FROM {demo.SCHEMA}.jobs ORDER BY id"
+            f"FROM {demo.SCHEMA}.jobs_all ORDER BY id"
         )
         return cur.fetchall()
 

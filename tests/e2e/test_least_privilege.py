@@ -253,11 +253,16 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
     # it is needed: EXPLAIN checks no sequence rights).
     assert 'GRANT USAGE ON SEQUENCE "cronbase"."jobs_id_seq" TO "app";' in printed
     assert all(
-        re.fullmatch(r'GRANT [A-Z, ]+ ON (SCHEMA|TABLE|SEQUENCE) [^;]+ TO "app";', p)
+        re.fullmatch(r'GRANT [A-Z, ]+ ON (SCHEMA|TABLE|SEQUENCE|FUNCTION) [^;]+ TO "app";', p)
         for p in printed
     )
-    for word in ("TRUNCATE", "CREATE", "ALL", "DEFAULT", "FUNCTION", "OWNER"):
+    for word in ("TRUNCATE", "CREATE", "ALL", "DEFAULT", "OWNER"):
         assert word not in " ".join(printed)
+    # The functions: EXECUTE on the two partition functions (SECURITY DEFINER), nothing else.
+    assert [p for p in printed if " ON FUNCTION " in p] == [
+        'GRANT EXECUTE ON FUNCTION "cronbase"."create_history_days"(date, date) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."drop_history_days"(text, timestamptz) TO "app";',
+    ]
     assert table_grants(owner_url, "app") == {}, "printing must grant nothing"
 
     for args in (("grants", "nobody"), ("grants", "nobody", "--apply")):
@@ -401,11 +406,12 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
         app.effects.forget("charge:1")
         assert owner.execute("SELECT count(*) FROM cronbase.effects").fetchone() == (0,)
 
-        # -- as app: retention pruning (job_attempts go by the foreign key's cascade) -----------
+        # -- as app: retention pruning (attempts go once older than the longest-kept jobs) ------
         owner.execute(
-            "UPDATE cronbase.jobs SET finished_at = now() - interval '30 days'"
+            "UPDATE cronbase.jobs_history SET finished_at = now() - interval '30 days'"
             " WHERE finished_at IS NOT NULL"
         )
+        owner.execute("UPDATE cronbase.job_attempts SET finished_at = now() - interval '31 days'")
         finished = owner.execute(
             "SELECT count(*) FROM cronbase.jobs_all WHERE finished_at IS NOT NULL"
         ).fetchone()
@@ -450,7 +456,8 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
         "INSERT INTO cronbase.migrations (version, name) VALUES (99, 'mine')",
         "UPDATE cronbase.audit_log SET actor = 'someone else'",
         "DELETE FROM cronbase.audit_log",
-        "DELETE FROM cronbase.job_attempts",
+        # Attempts are written once: retention deletes old ones (DELETE), nobody rewrites them.
+        "UPDATE cronbase.job_attempts SET error = 'rewritten'",
         "CREATE SCHEMA mine",
         "CREATE TEMP TABLE mine (id integer)",
     ]
