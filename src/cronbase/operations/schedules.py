@@ -12,7 +12,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..enqueue.insert import JobOptions, build_insert
+from ..enqueue.insert import build_insert
+from ..enqueue.options import JobOptions
 from ..errors import ScheduleError
 from ..job import Payload
 from ..schedule.cron import Cron

@@ -21,7 +21,8 @@ from psycopg.rows import dict_row
 
 from ..checks import INT4_MAX, check_key, check_name
 from ..durations import DurationLike, duration
-from ..enqueue.insert import JobOptions, build_insert, encode_payload
+from ..enqueue.insert import build_insert, encode_payload
+from ..enqueue.options import JobOptions
 from ..errors import ScheduleError
 from ..job import Payload
 from ..task import SCHEDULED_AT, find_task

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..context import JobContext, set_current
 from ..enqueue.insert import encode_metadata
-from ..errors import Cancel, CronbaseError, Snooze, WorkflowError
+from ..errors import Cancel, CronbaseError, Snooze, UsageError, WorkflowError
 from ..hooks import DeferCall
 from ..job import JobStatus, JSONValue, Payload, next_state
 from ..logs import install_job_context
@@ -35,7 +35,7 @@ from .roundtrip import through_json
 if TYPE_CHECKING:
     from ..app import App
     from ..enqueue.graph import Graph, Node
-    from ..enqueue.insert import JobOptions
+    from ..enqueue.options import JobOptions
     from ..task import Task
 
 
@@ -197,7 +197,7 @@ class InlineRun:
     ) -> list[int]:
         __tracebackhide__ = True  # pytest shows the test and the handler, not these frames
         if task.is_async and _loop_running():
-            raise CronbaseError(
+            raise UsageError(
                 f"task {task.name!r} is async and an event loop is running in this thread: "
                 f"in inline mode use `await {task.name}.defer_async(...)` (or defer_many_async)"
             )
