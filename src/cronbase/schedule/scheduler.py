@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +25,7 @@ from ..enqueue.insert import build_insert, encode_payload
 from ..enqueue.options import JobOptions
 from ..errors import ScheduleError
 from ..job import Payload
+from ..records import Record
 from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, describe
 
@@ -112,7 +113,7 @@ OVERDUE_AFTER = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Record):
     """A snapshot of one row of cronbase.schedules."""
 
     key: str
@@ -129,17 +130,6 @@ class Schedule:
     next_fire_at: datetime
     created_at: datetime
     updated_at: datetime
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Schedule:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            f.name: v.isoformat() if isinstance(v, datetime) else v
-            for f in fields(self)
-            for v in [getattr(self, f.name)]
-        }
 
     @property
     def described(self) -> str:
