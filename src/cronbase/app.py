@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .checks import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_name
-from .db.database import DEFAULT_POOL_SIZE, Database
+from .checks import check_name
+from .db.database import Database, DatabaseOptions
 from .db.queries import Queries
 from .durations import DurationLike, duration
 from .effects import Effects
@@ -36,8 +36,7 @@ from .operations.stats import (
     task_stats_async,
     unserved_jobs,
 )
-from .payload.encode import JSONDumps, JSONLoads
-from .schedule.scheduler import ScheduleSpec
+from .schedule.scheduler import ScheduleOptions, ScheduleSpec
 from .task import Task, find_task
 from .workflow.events import Events
 
@@ -61,30 +60,9 @@ class App:
     ... def send_invoice(invoice_id: int) -> None: ...
     """
 
-    def __init__(
-        self,
-        database_url: str | None = None,
-        *,
-        schema: str = "cronbase",
-        listen_url: str | None = None,
-        pooler: str | None = None,
-        pool_size: int = DEFAULT_POOL_SIZE,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        json_dumps: JSONDumps | None = None,
-        json_loads: JSONLoads | None = None,
-        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-    ) -> None:
-        self.db = Database(
-            database_url,
-            schema=schema,
-            listen_url=listen_url,
-            pooler=pooler,
-            pool_size=pool_size,
-            max_payload_bytes=max_payload_bytes,
-            json_dumps=json_dumps,
-            json_loads=json_loads,
-            max_result_bytes=max_result_bytes,
-        )
+    def __init__(self, database_url: str | None = None, **options: Unpack[DatabaseOptions]) -> None:
+        # The database settings are Database's (db/database.py says what each one means).
+        self.db = Database(database_url, **options)
         self.tasks: dict[str, Task[Any, Any]] = {}
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
         self.periodic_schedules: dict[str, ScheduleSpec] = {}
@@ -183,17 +161,10 @@ class App:
         return register(func) if func is not None else register
 
     def periodic(
-        self,
-        cron: str,
-        *,
-        tz: str = "UTC",
-        key: str | None = None,
-        catch_up: str = "latest",
-        max_catch_up: int = 100,
-        payload: Payload | None = None,
-        queue: str | None = None,
+        self, cron: str, **options: Unpack[ScheduleOptions]
     ) -> Callable[[Task[P, R]], Task[P, R]]:
-        """Run a task on a cron schedule; goes above ``@app.task``.
+        """Run a task on a cron schedule; goes above ``@app.task`` (``options``:
+        :class:`~cronbase.schedule.scheduler.ScheduleOptions`).
 
         >>> @app.periodic(cron="0 2 * * *", tz="Europe/Berlin", key="nightly-cleanup")  # doctest: +SKIP
         ... @app.task(queue="maintenance")
@@ -205,17 +176,7 @@ class App:
                 raise ConfigurationError(
                     f"@app.periodic goes above @app.task (got {task!r}, not a registered task)"
                 )
-            spec = ScheduleSpec.build(
-                task,
-                cron=cron,
-                tz=tz,
-                key=key,
-                payload=payload,
-                queue=queue,
-                catch_up=catch_up,
-                max_catch_up=max_catch_up,
-                source="code",
-            )
+            spec = ScheduleSpec.build(task, cron=cron, source="code", **options)
             if spec.key in self.periodic_schedules:
                 raise ConfigurationError(f"schedule key {spec.key!r} is declared twice; pass key=")
             self.periodic_schedules[spec.key] = spec

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import psycopg
 from psycopg.rows import dict_row
@@ -45,6 +45,18 @@ DUE_BATCH = 100
 # long in the transaction (a tick's statements come milliseconds apart), and rolls it back.
 # Local to each transaction, so through a transaction pooler too.
 IDLE_LIMIT = {"milliseconds": "10000"}
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """What a schedule takes besides its task and cron expression, typed once for
+    ``app.schedules.add`` and ``@app.periodic``; defaults and checks: :meth:`ScheduleSpec.build`."""
+
+    tz: str  # the expression's IANA time zone
+    key: str | None  # the schedule's name (None: the task's)
+    payload: Payload | None  # the task's arguments (each job also gets its slot, scheduled_at)
+    queue: str | None  # its jobs' queue (None: the task's)
+    catch_up: str  # after an outage: run the "latest" missed slot, "all" of them, or "none"
+    max_catch_up: int  # with catch_up="all": at most this many
 
 
 @dataclass(frozen=True)
