@@ -148,21 +148,13 @@ class Task(Generic[P, R]):
         check_arguments(self.name, conversions, payload, skip)
 
     def _check_keys(self, payload: Payload) -> None:
-        if not isinstance(payload, dict):
-            raise PayloadError(
-                f"payload for task {self.name!r} must be a JSON object, got {payload!r}"
-            )
-        kwargs: dict[str, Any] = dict(payload)
-        slot = kwargs.pop(SCHEDULED_AT, None)
-        if slot is not None and self._takes_scheduled_at:
-            stored = slot if isinstance(slot, str) else stored_form(self.name, SCHEDULED_AT, slot)
-            kwargs[SCHEDULED_AT] = self._slot(stored)
-        if not self._fits(kwargs.keys()):
-            self._bind(kwargs)
+        # The values are checked apart, as they will be stored (_check_values).
+        self.arguments(payload, converted=False)
 
-    def arguments(self, payload: Payload) -> dict[str, Any]:
+    def arguments(self, payload: Payload, *, converted: bool = True) -> dict[str, Any]:
         """The handler's keyword arguments for a payload, as the types its annotations ask for
-        (``convert.py``); PayloadError when they do not fit or do not convert.
+        (``convert.py``; ``converted=False``: as given); PayloadError when they do not fit or
+        do not convert.
 
         A scheduled job's payload carries its slot as ``scheduled_at`` (ISO text): a handler
         that takes the argument gets it as an aware datetime, one that does not never sees it.
@@ -178,7 +170,7 @@ class Task(Generic[P, R]):
         if not self._fits(kwargs.keys()):
             self._bind(kwargs)
         conversions = self._conversions
-        if conversions is None:
+        if conversions is None or not converted:
             return kwargs
         if conversions is _UNRESOLVED:
             conversions = self._resolve()
@@ -196,7 +188,10 @@ class Task(Generic[P, R]):
             ) from None
 
     def _slot(self, slot: object) -> datetime:
-        """A scheduled job's ``scheduled_at``, whatever the handler annotates: an aware datetime."""
+        """A scheduled job's ``scheduled_at``, whatever the handler annotates: an aware datetime.
+        A defer may give it as a datetime: it is read as it will be stored (ISO text)."""
+        if not isinstance(slot, str):
+            slot = stored_form(self.name, SCHEDULED_AT, slot)
         try:
             return _to_datetime(slot)  # type: ignore[no-any-return]
         except _BadValue as exc:
