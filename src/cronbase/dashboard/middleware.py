@@ -1,5 +1,6 @@
-"""The base of the dashboard's own middleware (doors, authentication, the CSRF cookie): each acts
-on HTTP requests only; the server's lifespan messages (and anything else) pass straight through."""
+"""The base of the dashboard's own middleware (security headers, doors, authentication, the CSRF
+cookie): each acts on HTTP requests only; the server's lifespan messages (and anything else) pass
+straight through."""
 
 from __future__ import annotations
 
