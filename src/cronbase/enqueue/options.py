@@ -60,13 +60,20 @@ def _exception_types(what: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
-class TaskDefaults:
-    """A task's options, checked: what each of its jobs gets unless ``configure`` says else."""
+class JobBasics:
+    """What every job has, with the defaults a task gives its jobs unless told else: the first
+    fields of both :class:`TaskDefaults` and :class:`JobOptions`."""
 
     queue: str = "default"
-    priority: int = 100
+    priority: int = 100  # lower runs first
     max_attempts: int = 20
     lease: timedelta = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class TaskDefaults(JobBasics):
+    """A task's options, checked: what each of its jobs gets unless ``configure`` says else."""
+
     retry: Backoff = field(default_factory=Backoff)
     timeout: timedelta | None = None
     # Global concurrency and rate limits (flow.py); None: the task is unlimited.
@@ -166,13 +173,9 @@ def _is_int(value: object) -> bool:
 
 
 @dataclass(frozen=True)
-class JobOptions:
+class JobOptions(JobBasics):
     """Everything about one job but its task and payload."""
 
-    queue: str = "default"
-    priority: int = 100
-    max_attempts: int = 20
-    lease: timedelta = timedelta(minutes=1)
     run_at: datetime | None = None
     delay: timedelta | None = None
     idempotency_key: str | None = None
