@@ -213,33 +213,50 @@ def _limit_value(value: str) -> int | None:
         ) from None
 
 
-@queues.command("limit")
-@click.argument("name")
-@click.argument("n")
-@force_option
-@click.pass_obj
-def limit_queue(settings: Settings, name: str, n: str, force: bool) -> None:
-    """At most N running jobs of queue NAME across all workers (N = none removes the limit)."""
-    app = settings.app()
-    limit = _limit_value(n)
-    limit_params(name, limit)  # a bad name or number is refused as such first
-    known_queue(app, name, force)
-    state = app.queues.set_limit(name, limit, actor=cli_actor())
-    click.echo(describe_queue(state))
+def _rate_value(value: str) -> str | None:
+    return None if value.lower() == "none" else value
 
 
-@queues.command("rate")
-@click.argument("name")
-@click.argument("rate")
-@force_option
-@click.pass_obj
-def rate_queue(settings: Settings, name: str, rate: str, force: bool) -> None:
-    """At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it)."""
-    app = settings.app()
-    rate_params(name, None if rate.lower() == "none" else rate)
-    known_queue(app, name, force)
-    state = app.queues.set_rate(name, None if rate.lower() == "none" else rate, actor=cli_actor())
-    click.echo(describe_queue(state))
+def _queue_setting(
+    verb: str,
+    metavar: str,
+    parse: Callable[[str], Any],
+    check: Callable[[str, Any], object],
+    act: Callable[..., QueueState],
+    doc: str,
+) -> None:
+    """``queues limit`` and ``queues rate``: one command but for the value's parsing, check and
+    library call."""
+
+    @queues.command(verb, help=doc)
+    @click.argument("name")
+    @click.argument("value", metavar=metavar)
+    @force_option
+    @click.pass_obj
+    def setting(settings: Settings, name: str, value: str, force: bool) -> None:
+        app = settings.app()
+        parsed = parse(value)
+        check(name, parsed)  # a bad name or value is refused as such first
+        known_queue(app, name, force)
+        click.echo(describe_queue(act(app.queues, name, parsed, actor=cli_actor())))
+
+
+_queue_setting(
+    "limit",
+    "N",
+    _limit_value,
+    limit_params,
+    Queues.set_limit,
+    "At most N running jobs of queue NAME across all workers (N = none removes the limit).",
+)
+_queue_setting(
+    "rate",
+    "RATE",
+    _rate_value,
+    rate_params,
+    Queues.set_rate,
+    "At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it).",
+)
 
 
 def _queue_switch(verb: str, act: Callable[..., object], done: str, doc: str) -> None:
