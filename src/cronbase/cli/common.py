@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -67,6 +67,19 @@ def console(width: int | None = None) -> Console:
     if width is None and not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
         width = PIPED_WIDTH
     return Console(highlight=False, markup=False, width=width)
+
+
+def listed(settings: Settings, found: Sequence[Any], as_json: bool, empty: str) -> Console | None:
+    """What a listing command shows first: with --json, every record as its ``to_json()`` (and
+    None: nothing more to print); else the console to print on, ``empty`` said on it when
+    nothing was found."""
+    if as_json:
+        click.echo(json.dumps([record.to_json() for record in found], indent=2))
+        return None
+    out = console(settings.width)
+    if not found:
+        out.print(empty)
+    return out
 
 
 def when(value: datetime | None) -> str:
@@ -227,6 +240,17 @@ def parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> Pay
             "e.g. '{\"invoice_id\": 812}'"
         )
     return parsed
+
+
+# --payload, as `enqueue` and `schedules add` take it.
+payload_option = click.option(
+    "--payload",
+    metavar="JSON",
+    default="{}",
+    callback=parse_payload,
+    show_default=True,
+    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
+)
 
 
 def _payload_text(value: str) -> tuple[str, str]:

@@ -40,7 +40,7 @@ from .common import (
     app_option,
     one_line,
     parse_aware_time,
-    parse_payload,
+    payload_option,
     setup_logging,
 )
 
@@ -318,14 +318,7 @@ def _exit_if_handlers_linger() -> None:
 @cli.command()
 @app_option
 @click.argument("task")
-@click.option(
-    "--payload",
-    metavar="JSON",
-    default="{}",
-    callback=parse_payload,
-    show_default=True,
-    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
-)
+@payload_option
 @click.option(
     "--run-at",
     metavar="ISO8601",

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.table import Table
 from rich.text import Text
 
 from ..operations.fleet import WorkerInfo
-from .common import Settings, console
+from .common import Settings, listed
 from .main import cli
 
 
@@ -57,12 +55,10 @@ def workers_table(found: list[WorkerInfo]) -> Table:
 def workers(settings: Settings, as_json: bool) -> None:
     """Registered workers: alive or gone, host, busy slots, queues, tasks, jobs in hand."""
     found = settings.app().workers()
-    if as_json:
-        click.echo(json.dumps([w.to_json() for w in found], indent=2))
-        return
-    out = console(settings.width)
-    if not found:
-        out.print("no workers registered: start one with `cronbase worker`")
+    out = listed(
+        settings, found, as_json, "no workers registered: start one with `cronbase worker`"
+    )
+    if out is None or not found:
         return
     out.print(workers_table(found))
     for w in found:

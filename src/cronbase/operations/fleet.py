@@ -3,14 +3,16 @@ where, how busy, serving what, and which jobs are in their hands."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..records import Record
 from .stats import LIVE_WITHIN
 
 if TYPE_CHECKING:
-    from ..db.database import Database, Row
+    from ..db.database import Database
 
 # Jobs in a worker's hands listed per worker (busy counts all of them).
 JOBS_SHOWN = 20
@@ -28,7 +30,7 @@ class Overrun:
 
 
 @dataclass(frozen=True)
-class WorkerInfo:
+class WorkerInfo(Record):
     id: str
     hostname: str
     pid: int
@@ -49,7 +51,7 @@ class WorkerInfo:
     overruns: list[Overrun] = field(default_factory=list)
 
     @classmethod
-    def from_row(cls, row: Row) -> WorkerInfo:
+    def from_row(cls, row: Mapping[str, Any]) -> WorkerInfo:
         values = {f.name: row[f.name] for f in fields(cls) if f.name not in ("jobs", "overruns")}
         since = row["heartbeat_age"] if row["alive"] else 0.0
         overruns = [
@@ -63,10 +65,7 @@ class WorkerInfo:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        out = super().to_json()
         out["jobs"] = [{"id": job_id, "task": task} for job_id, task in self.jobs]
         out["overruns"] = [asdict(o) for o in self.overruns]
         return out

@@ -13,7 +13,7 @@ import logging
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
@@ -224,48 +224,46 @@ class DurationHistogram(Collector):
         yield family
 
 
+# Label values of a counter's child: (task, queue), (task, queue, status).
+K = TypeVar("K", bound=tuple[str, ...])
+
+
 class WorkerMetrics:
     """One worker's own counters; ``registry`` also gets the database collector."""
 
     def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
-        self.claimed = Counter(
-            "cronbase_jobs_claimed",
-            "Jobs claimed by this worker",
-            ["task", "queue"],
-            registry=self.registry,
-        )
-        self.finished = Counter(
+        self.claimed = self._counter("cronbase_jobs_claimed", "Jobs claimed by this worker")
+        self.finished = self._counter(
             "cronbase_jobs_finished",
             "Attempts this worker finished, by the job's resulting status "
             "(succeeded, failed = will retry, dead)",
-            ["task", "queue", "status"],
-            registry=self.registry,
+            ("task", "queue", "status"),
         )
         self.duration = DurationHistogram(
             "cronbase_job_duration_seconds", "Handler run time", DURATION_BUCKETS
         )
         self.registry.register(self.duration)
-        self.timeouts = Counter(
-            "cronbase_jobs_timed_out",
-            "Attempts cancelled at their task's timeout",
-            ["task", "queue"],
-            registry=self.registry,
+        self.timeouts = self._counter(
+            "cronbase_jobs_timed_out", "Attempts cancelled at their task's timeout"
         )
-        self.overruns = Counter(
+        self.overruns = self._counter(
             "cronbase_jobs_overran",
             "Timed-out attempts whose handler was still running a second after it was cancelled "
             "(sync handlers that ignore is_cancelled(); the Workers page names them)",
-            ["task", "queue"],
-            registry=self.registry,
         )
-        self.lease_renewals = Counter(
-            "cronbase_lease_renewals", "Leases this worker renewed", registry=self.registry
+        self.lease_renewals = self._counter(
+            "cronbase_lease_renewals", "Leases this worker renewed", labels=()
         )
         self.registry.register(DatabaseCollector(db))
         # Children of the labelled counters, by label values: looked up once per batch.
         self._claimed: dict[tuple[str, str], Counter] = {}
         self._finished: dict[tuple[str, str, str], Counter] = {}
+
+    def _counter(
+        self, name: str, documentation: str, labels: tuple[str, ...] = ("task", "queue")
+    ) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
 
     def count_claimed(self, jobs: Iterable[ClaimedJob]) -> None:
         """A batch of claimed jobs: counted once per task and queue."""
@@ -273,11 +271,7 @@ class WorkerMetrics:
         for job in jobs:
             key = (job.task, job.queue)
             counts[key] = counts.get(key, 0) + 1
-        for key, n in counts.items():
-            counter = self._claimed.get(key)
-            if counter is None:
-                counter = self._claimed[key] = self.claimed.labels(*key)
-            counter.inc(n)
+        _add(self.claimed, self._claimed, counts)
 
     def count_finished(self, written: Iterable[tuple[Outcome, str]]) -> None:
         """A batch of written outcomes: counted once per task, queue and status; durations."""
@@ -287,11 +281,16 @@ class WorkerMetrics:
             key = (job.task, job.queue, status)
             counts[key] = counts.get(key, 0) + 1
             self.duration.labels(job.task, job.queue).observe(outcome.duration)
-        for key, n in counts.items():
-            counter = self._finished.get(key)
-            if counter is None:
-                counter = self._finished[key] = self.finished.labels(*key)
-            counter.inc(n)
+        _add(self.finished, self._finished, counts)
+
+
+def _add(counter: Counter, children: dict[K, Counter], counts: dict[K, int]) -> None:
+    """Add a batch's counts to ``counter``'s children by label values (each looked up once)."""
+    for key, n in counts.items():
+        child = children.get(key)
+        if child is None:
+            child = children[key] = counter.labels(*key)
+        child.inc(n)
 
 
 def serve(port: int | None, host: str, registry: CollectorRegistry) -> WSGIServer | None:
