@@ -42,6 +42,11 @@ SIZE_GROWTH = 1.20  # in each steady segment, the last hot-table size <= first *
 DEAD_RECOVERY = 1.5
 P99_LIMITS_MS = {"enqueue_p99_ms": 250.0, "claim_p99_ms": 250.0, "pickup_p99_ms": 1000.0}
 KEEP_UP = 0.9  # steady throughput >= 90% of the offered rate
+# A hot table that kept every job would gain live rows at the offered rate. The fitted slope of
+# its live rows, and of its size, must stay under this share of that (size: at the table's mean
+# bytes per live row). Unlike the relative slopes above, this decides at any length, CI's 2
+# minutes included: a retention or cleanup leak is a slope of the order of the rate, flat is 0.
+LEAK_SHARE = 0.10
 
 
 def _solve(a: list[list[float]], v: list[float]) -> list[float] | None:
@@ -218,6 +223,8 @@ def checks(
             f"<= {limit:,.0f} ms",
             worst <= limit,
         )
+    for name, measured, limit, ok in leak_checks(config, steady, rate):
+        check(name, measured, limit, ok)
     for f in fitted:
         if f.get("samples") is None:
             check(f"{f['series']} slope", "too few steady samples", "-", None)
@@ -231,6 +238,41 @@ def checks(
             f"<= {f['limit_per_hour']:,.1f} {f['unit']}/h, or within 2 standard errors of 0"
             + ("" if f["ok"] is not None else f" (checked from {SLOPE_MIN_SPAN / 60:.0f} min)"),
             f["ok"],
+        )
+    return out
+
+
+def leak_checks(
+    config: SoakConfig, steady: list[dict[str, Any]], rate: float
+) -> list[tuple[str, str, str, bool]]:
+    """The hot table's live rows and size, fitted over the steady samples (with the step the idle
+    transaction leaves), against LEAK_SHARE of what keeping every job would add. A slope fails
+    when it is over its limit and more than 2 standard errors above 0 (or the error is unknown)."""
+    if len(steady) < 3 or rate <= 0:
+        return []
+    idle = config.idle
+    ts = [s["t"] / 60 for s in steady]  # minutes
+    after = [int(idle is not None and s["t"] > idle[1]) for s in steady]
+    live = [float(s["hot_live"]) for s in steady]
+    size = [float(s["hot_total_mb"]) for s in steady]
+    mean_live = sum(live) / len(live)
+    mib_per_row = (sum(size) / len(size)) / mean_live if mean_live > 0 else math.nan
+    rows_per_min = rate * 60
+    out = []
+    for name, ys, limit, unit, digits in (
+        ("hot table live rows: no leak", live, LEAK_SHARE * rows_per_min, "rows", 0),
+        ("hot table size: no leak", size, LEAK_SHARE * rows_per_min * mib_per_row, "MiB", 3),
+    ):
+        b, error, _ = fit(ts, ys, after)
+        significant = math.isnan(error) or b > 2 * error
+        out.append(
+            (
+                name,
+                f"{b:+,.{digits}f} ± {error:,.{digits}f} {unit}/min over {len(ys)} steady samples",
+                f"<= {limit:,.{digits}f} {unit}/min ({LEAK_SHARE:.0%} of keeping every job at"
+                f" {rate:,.0f} jobs/s), or within 2 standard errors of 0",
+                not (b > limit and significant) and not math.isnan(b),
+            )
         )
     return out
 
@@ -254,8 +296,10 @@ def markdown(result: dict[str, Any]) -> str:
         f" {result['load_after']} after; commit {m['commit']}",
         f"- PostgreSQL {result['postgres']} (fsync on, synchronous_commit on, autovacuum_naptime"
         f" {result['autovacuum_naptime']} s, otherwise defaults)",
-        f"- Capacity (burst drain of {c['capacity_jobs']:,} jobs, {c['workers']} workers x"
-        f" concurrency {c['concurrency']}): {result['capacity']:,.0f} jobs/s; offered"
+        f"- Capacity (best of {len(result['capacity_drains'])} burst drains of"
+        f" {c['capacity_jobs']:,} jobs, {c['workers']} workers x concurrency {c['concurrency']}):"
+        f" {result['capacity']:,.0f} jobs/s"
+        f" ({', '.join(f'{d:,.0f}' for d in result['capacity_drains'])}); offered"
         f" {result['rate']:,.0f} jobs/s ({c['rate_fraction']:.0%}"
         + (f", capped at {c['max_rate']:,.0f}" if c["max_rate"] else "")
         + f") by {c['producers']} producer(s) in calls of {c['batch']}",
@@ -277,8 +321,8 @@ def markdown(result: dict[str, Any]) -> str:
         " recovery) are marked *.",
         "",
         "| t | hot MiB (table + idx) | live | dead | last autovacuum | all MiB | xmin age"
-        " | enqueue p99 ms | claim p99 ms | pickup p99 ms | ran/s | enqueued/s | |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        " | enqueue p99 ms | claim p99 ms | pickup p99 ms | ran/s | enqueued/s | load | |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in samples:
         auto = s["hot_last_autovacuum"]
@@ -288,7 +332,7 @@ def markdown(result: dict[str, Any]) -> str:
             f" {'-' if auto is None else _clock(auto)} | {s['all_total_mb']:,.1f} |"
             f" {s['xmin_age']:,} | {_ms(s['enqueue_p99_ms'])} | {_ms(s['claim_p99_ms'])} |"
             f" {_ms(s['pickup_p99_ms'])} | {s['ran_per_s']:,.0f} | {s['enqueued_per_s']:,.0f} |"
-            f" {s['note']} |"
+            f" {s['load']:.1f} | {s['note']} |"
         )
     lines += ["", "| check | measured | limit | |", "|---|---|---|---|"]
     for ch in result["checks"]:

@@ -27,7 +27,7 @@ class SoakConfig:
     window_fraction: float = 0.15
     idle_from: float = 0.35
     idle_until: float = 0.50
-    recovered_at: float = 0.65
+    recovered_at: float = 0.70
     window_seconds: float | None = None  # overrides window_fraction
     label: str = "soak"
     settings: dict[str, str] = field(default_factory=dict)  # extra server settings
