@@ -150,6 +150,7 @@ async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
                 "queues": self.options.queues,
                 "concurrency": self.options.concurrency,
                 "tasks": sorted(self.tasks),
+                "supervisor": self.supervisor,
             },
         )
         # The limits in this code are the fleet's from now on (last worker started wins).
