@@ -4,14 +4,17 @@ gives the command and the dashboard, and the command's table."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
+import pytest
 from rich.console import Console
 
 import cronbase
 from cronbase.cli.workers import workers_table
 from cronbase.operations.fleet import group_key
+from cronbase.worker import startup
 
 ROWS = """
 INSERT INTO cronbase.workers (id, hostname, pid, supervisor, concurrency, started_at, last_seen_at)
@@ -86,3 +89,28 @@ def test_without_supervisors_the_table_has_no_supervisor_column(
     console = Console(width=300, record=True, highlight=False, markup=False)
     console.print(workers_table(app.workers()))
     assert "supervisor" not in console.export_text()
+
+
+@pytest.mark.anyio
+async def test_a_worker_cancelled_while_it_registers_leaves_no_row(
+    app: cronbase.App, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A supervisor's stop before a process has started cancels its start (worker/supervised.py);
+    # a row already committed goes too, or `cronbase workers` shows a worker that never ran.
+    written = asyncio.Event()
+    register = startup._register
+
+    async def register_then_wait(worker: cronbase.Worker, pool: Any) -> None:
+        await register(worker, pool)
+        written.set()
+        await asyncio.sleep(60)  # cancelled here, its row committed
+
+    monkeypatch.setattr(startup, "_register", register_then_wait)
+    worker = app.worker(install_signal_handlers=False, schedule=False)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(written.wait(), timeout=30)
+    assert db.execute("SELECT count(*) FROM cronbase.workers").fetchone() == (1,)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert db.execute("SELECT count(*) FROM cronbase.workers").fetchone() == (0,)
