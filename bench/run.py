@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import bigtable, flow, harness, report, workflows, workloads
+from . import bigtable, flow, harness, report, supervised, workflows, workloads
 from .cluster import Cluster, running_cluster
 from .machine import machine
 from .subjects import (
@@ -96,6 +96,18 @@ def steps(urls: dict[str, str], s: Settings, only: set[str]) -> list[Step]:
     drain(cronbase_subject, 10, 1, "concurrency 10 (default)", 10)
     for procs in (1, 2, 4):
         drain(cronbase_subject, 100, procs, "concurrency 100", 100)
+    # The same drain run by the supervisor (cronbase worker --processes N): what it costs.
+    for procs in (1, 2, 4):
+        add(
+            "drain",
+            f"cronbase worker --processes {procs}",
+            lambda procs=procs: supervised.drain(cb_url, s, procs),
+        )
+    add(
+        "drain",
+        "cronbase worker --processes 2 --metrics-port",
+        lambda: supervised.drain(cb_url, s, 2, metrics=True),
+    )
     drain(pgqueuer_subject, PGQ_DEFAULTS, 1, "defaults (1 x batch 10)", PGQ_DEFAULTS[1])
     for managers, batch in PGQ_TUNED:
         for procs in (1, 2, 4) if managers == 1 else (1, 2):
