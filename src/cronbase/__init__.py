@@ -3,7 +3,7 @@
 from .app import App
 from .context import JobContext, current_job
 from .effects import Effect, EffectRecord
-from .enqueue.insert import JobOptions
+from .enqueue.options import JobOptions, TaskOptions
 from .errors import (
     AttemptCancelledError,
     AttemptTimeoutError,
@@ -16,8 +16,10 @@ from .errors import (
     EffectError,
     EffectInProgress,
     EffectNotFoundError,
+    EventError,
     EventTimeout,
     InvalidNameError,
+    InvalidValueError,
     JobNotFoundError,
     JobStateError,
     LeaseLostError,
@@ -28,23 +30,31 @@ from .errors import (
     ScheduleError,
     Snooze,
     UnknownTaskError,
+    UsageError,
     WorkerFatalError,
     WorkflowError,
 )
 from .flow import Rate
-from .job import Job, JobAttempt, JobStatus
+from .job import Job, JobAttempt, JobGraph, JobStatus
+from .operations.audit import AuditEntry
+from .operations.fleet import Overrun, WorkerInfo
+from .operations.jobs import Bulk
+from .operations.queues import QueueState
+from .operations.retention import Retention
+from .operations.stats import Overview, TaskStats, UnservedJobs
 from .retry import Backoff
 from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
 from .worker import Worker
-from .workflow.events import EventError
 from .workflow.signatures import Chain, Group, Signature, chain, group
 
 __all__ = [
     "App",
     "AttemptCancelledError",
     "AttemptTimeoutError",
+    "AuditEntry",
     "Backoff",
+    "Bulk",
     "Cancel",
     "Chain",
     "ConfigurationError",
@@ -62,28 +72,39 @@ __all__ = [
     "EventTimeout",
     "Group",
     "InvalidNameError",
+    "InvalidValueError",
     "Job",
     "JobAttempt",
     "JobContext",
+    "JobGraph",
     "JobNotFoundError",
     "JobOptions",
     "JobStateError",
     "JobStatus",
     "LeaseLostError",
     "MigrationError",
+    "Overrun",
+    "Overview",
     "PayloadError",
     "ProcessDiedError",
+    "QueueState",
     "Rate",
     "ResultError",
+    "Retention",
     "Schedule",
     "ScheduleError",
     "Scheduler",
     "Signature",
     "Snooze",
     "Task",
+    "TaskOptions",
+    "TaskStats",
     "UnknownTaskError",
+    "UnservedJobs",
+    "UsageError",
     "Worker",
     "WorkerFatalError",
+    "WorkerInfo",
     "WorkflowError",
     "chain",
     "current_job",

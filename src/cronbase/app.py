@@ -7,18 +7,17 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .checks import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_name
-from .db.database import DEFAULT_POOL_SIZE, Database
+from .checks import check_name
+from .db.database import Database, DatabaseOptions
 from .db.queries import Queries
-from .durations import DurationLike, duration, optional_duration
+from .durations import DurationLike, duration
 from .effects import Effects
-from .enqueue.insert import JobOptions
+from .enqueue.options import TaskDefaults, TaskOptions
 from .errors import ConfigurationError, PayloadError
-from .flow import Rate, TaskFlow
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
 from .operations.audit import Audit
@@ -38,18 +37,8 @@ from .operations.stats import (
     unserved_jobs,
 )
 from .operations.storage import Storage, storage, storage_async
-from .payload.encode import JSONDumps, JSONLoads
-from .retry import Backoff
-from .schedule.scheduler import ScheduleSpec
-from .task import (
-    Isolation,
-    Task,
-    TaskDefaults,
-    check_isolation,
-    check_steering,
-    check_unique,
-    find_task,
-)
+from .schedule.scheduler import ScheduleOptions, ScheduleSpec
+from .task import Task, find_task
 from .workflow.events import Events
 
 if TYPE_CHECKING:
@@ -72,30 +61,9 @@ class App:
     ... def send_invoice(invoice_id: int) -> None: ...
     """
 
-    def __init__(
-        self,
-        database_url: str | None = None,
-        *,
-        schema: str = "cronbase",
-        listen_url: str | None = None,
-        pooler: str | None = None,
-        pool_size: int = DEFAULT_POOL_SIZE,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        json_dumps: JSONDumps | None = None,
-        json_loads: JSONLoads | None = None,
-        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-    ) -> None:
-        self.db = Database(
-            database_url,
-            schema=schema,
-            listen_url=listen_url,
-            pooler=pooler,
-            pool_size=pool_size,
-            max_payload_bytes=max_payload_bytes,
-            json_dumps=json_dumps,
-            json_loads=json_loads,
-            max_result_bytes=max_result_bytes,
-        )
+    def __init__(self, database_url: str | None = None, **options: Unpack[DatabaseOptions]) -> None:
+        # The database settings are Database's (db/database.py says what each one means).
+        self.db = Database(database_url, **options)
         self.tasks: dict[str, Task[Any, Any]] = {}
         # Schedules declared with @app.periodic, upserted when a worker or a tick starts.
         self.periodic_schedules: dict[str, ScheduleSpec] = {}
@@ -153,25 +121,7 @@ class App:
 
     @overload
     def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        priority: int = 100,
-        max_attempts: int = 20,
-        lease: DurationLike = timedelta(minutes=1),
-        retry: Backoff | None = None,
-        timeout: DurationLike | None = None,
-        global_concurrency: int | None = None,
-        concurrency_key: str | None = None,
-        key_concurrency: int | None = None,
-        rate_limit: str | Rate | None = None,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        dont_retry_on: tuple[type[BaseException], ...] = (),
-        max_snoozes: int = 100,
-        unique_for: DurationLike | None = None,
-        unique_key: str | None = None,
-        isolation: Isolation = "thread",
+        self, *, name: str | None = None, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -179,26 +129,13 @@ class App:
         func: Callable[..., Any] | None = None,
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 100,
-        max_attempts: int = 20,
-        lease: DurationLike = timedelta(minutes=1),
-        retry: Backoff | None = None,
-        timeout: DurationLike | None = None,
-        global_concurrency: int | None = None,
-        concurrency_key: str | None = None,
-        key_concurrency: int | None = None,
-        rate_limit: str | Rate | None = None,
-        retry_on: tuple[type[BaseException], ...] | None = None,
-        dont_retry_on: tuple[type[BaseException], ...] = (),
-        max_snoozes: int = 100,
-        unique_for: DurationLike | None = None,
-        unique_key: str | None = None,
-        isolation: Isolation = "thread",
+        **options: Unpack[TaskOptions],
     ) -> Any:
         """Register a handler. Sync handlers run in a thread pool, async ones on the loop.
 
-        Flow control: ``global_concurrency`` (running jobs of the task, fleet-wide),
+        The options (:class:`cronbase.enqueue.options.TaskOptions` says each): ``queue``,
+        ``priority``, ``max_attempts``, ``lease``, ``retry`` (a Backoff), ``timeout``. Flow
+        control: ``global_concurrency`` (running jobs of the task, fleet-wide),
         ``concurrency_key`` (a template over the payload, ``"tenant:{tenant_id}"``) with
         ``key_concurrency`` (running jobs per key), ``rate_limit`` (``"100/minute"``: starts in
         any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
@@ -207,43 +144,17 @@ class App:
         child process, killed at its ``timeout`` (a thread cannot be stopped). Durations
         (``lease``, ``timeout``, ``unique_for``) are timedeltas or seconds.
         """
-        lease = duration("lease", lease, signed=True)
-        timeout = optional_duration("timeout", timeout, positive=True)
-        unique_for = optional_duration("unique_for", unique_for, signed=True)
-        JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, lease=lease).check()
-        check_steering(retry_on, dont_retry_on, max_snoozes)
-        check_unique(unique_for, unique_key)
+        checked = TaskDefaults.build(options)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = check_name("task", f.__name__ if name is None else name)
-            check_isolation(task_name, f, isolation)
+            checked.check_handler(task_name, f)
             if task_name in self.tasks:
                 raise ConfigurationError(
                     f"task name {task_name!r} is registered twice "
                     f"({self.tasks[task_name].func.__module__} and {f.__module__}); pass name="
                 )
-            flow = TaskFlow.build(
-                task_name,
-                global_concurrency=global_concurrency,
-                concurrency_key=concurrency_key,
-                key_concurrency=key_concurrency,
-                rate_limit=rate_limit,
-            )
-            defaults = TaskDefaults(
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                lease=lease,
-                retry=retry or Backoff(),
-                timeout=timeout,
-                flow=flow,
-                retry_on=retry_on,
-                dont_retry_on=dont_retry_on,
-                max_snoozes=max_snoozes,
-                unique_for=unique_for,
-                unique_key=unique_key,
-                isolation=isolation,
-            )
+            defaults = checked.with_flow(task_name, options)
             task = Task(self.db, f, task_name, defaults, self.hooks)
             self.tasks[task_name] = task
             return task
@@ -251,17 +162,10 @@ class App:
         return register(func) if func is not None else register
 
     def periodic(
-        self,
-        cron: str,
-        *,
-        tz: str = "UTC",
-        key: str | None = None,
-        catch_up: str = "latest",
-        max_catch_up: int = 100,
-        payload: Payload | None = None,
-        queue: str | None = None,
+        self, cron: str, **options: Unpack[ScheduleOptions]
     ) -> Callable[[Task[P, R]], Task[P, R]]:
-        """Run a task on a cron schedule; goes above ``@app.task``.
+        """Run a task on a cron schedule; goes above ``@app.task`` (``options``:
+        :class:`~cronbase.schedule.scheduler.ScheduleOptions`).
 
         >>> @app.periodic(cron="0 2 * * *", tz="Europe/Berlin", key="nightly-cleanup")  # doctest: +SKIP
         ... @app.task(queue="maintenance")
@@ -273,17 +177,7 @@ class App:
                 raise ConfigurationError(
                     f"@app.periodic goes above @app.task (got {task!r}, not a registered task)"
                 )
-            spec = ScheduleSpec.build(
-                task,
-                cron=cron,
-                tz=tz,
-                key=key,
-                payload=payload,
-                queue=queue,
-                catch_up=catch_up,
-                max_catch_up=max_catch_up,
-                source="code",
-            )
+            spec = ScheduleSpec.build(task, cron=cron, source="code", **options)
             if spec.key in self.periodic_schedules:
                 raise ConfigurationError(f"schedule key {spec.key!r} is declared twice; pass key=")
             self.periodic_schedules[spec.key] = spec
@@ -391,8 +285,9 @@ class App:
         return await task_stats_async(self.db, duration("window", window, positive=True))
 
     def workers(self) -> list[WorkerInfo]:
-        """Every registered worker (the live ones first): host, pid, queues, tasks, busy slots
-        of its concurrency, last heartbeat, the jobs in its hands."""
+        """Every registered worker (grouped by host and supervisor, the live ones first): host,
+        pid, supervisor, queues, tasks, busy slots of its concurrency, last heartbeat, the jobs in
+        its hands."""
         return workers(self.db)
 
     async def workers_async(self) -> list[WorkerInfo]:

@@ -15,10 +15,10 @@ import psycopg
 
 from .errors import (
     AttemptTimeoutError,
-    CronbaseError,
     DatabaseUnavailableError,
     DatabaseURLError,
     LeaseLostError,
+    UsageError,
 )
 from .job import Payload
 
@@ -142,7 +142,7 @@ class JobContext:
 
     def _require_db(self) -> Database:
         if self._db is None or self.lease_token is None or self.completed:
-            raise CronbaseError(
+            raise UsageError(
                 f"job {self.id}: transaction() is for a running job, once (already used: "
                 f"{self.completed})"
             )
@@ -201,7 +201,7 @@ class JobContext:
             from .workflow.durable import Durable  # effects.py imports this module
 
             if self._db is None:
-                raise CronbaseError("step(), sleep() and wait_for() need the job's database")
+                raise UsageError("step(), sleep() and wait_for() need the job's database")
             self._durable = Durable(self, self._db)
         return self._durable
 
@@ -253,7 +253,7 @@ def current_job() -> JobContext:
     try:
         return _current.get()
     except LookupError:
-        raise CronbaseError("current_job() was called outside a running job") from None
+        raise UsageError("current_job() was called outside a running job") from None
 
 
 def running_job() -> JobContext | None:

@@ -31,7 +31,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,6 +40,7 @@ import psycopg
 from .checks import check_key
 from .context import running_job
 from .db.pool import is_connection_loss
+from .db.steps import drive, drive_async
 from .errors import (
     DatabaseUnavailableError,
     EffectError,
@@ -47,6 +48,7 @@ from .errors import (
     EffectNotFoundError,
     LeaseLostError,
 )
+from .records import Record
 
 if TYPE_CHECKING:
     from .db.database import Database
@@ -63,7 +65,7 @@ Reconcile = Callable[[str], Mapping[str, Any] | Awaitable[Mapping[str, Any] | No
 
 
 @dataclass(frozen=True)
-class EffectRecord:
+class EffectRecord(Record):
     """One row of ``cronbase.effects``."""
 
     key: str
@@ -79,18 +81,6 @@ class EffectRecord:
     reconciled: bool
     created_at: datetime
     updated_at: datetime
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> EffectRecord:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
-        out["owner"] = str(self.owner)
-        return out
 
 
 @dataclass
@@ -184,7 +174,11 @@ def _list_params(status: str | None, limit: int) -> dict[str, Any]:
     return {"status": status, "limit": limit}
 
 
-def _finish_params(effect: Effect, error: BaseException | None) -> dict[str, Any]:
+def _finish_params(effect: Effect, error: BaseException | None) -> dict[str, Any] | None:
+    """The write that ends the block: done, or failed when it raised (None: the effect was
+    found done, there is nothing of ours to end)."""
+    if effect.done:
+        return None
     recorded = effect._recorded
     if recorded is not None or error is None:
         status, result, message = "done", _encode(effect.key, recorded or {}), None
@@ -192,6 +186,23 @@ def _finish_params(effect: Effect, error: BaseException | None) -> dict[str, Any
         status, result, message = "failed", None, f"{type(error).__name__}: {error}"[:2000]
     return {"key": effect.key, "owner": effect._owner, "status": status, "result": result,
             "error": message}  # fmt: skip
+
+
+def _record(row: Mapping[str, Any] | None, key: str) -> EffectRecord:
+    if row is None:
+        raise EffectNotFoundError(key)
+    return EffectRecord.from_row(row)
+
+
+def _reconciled(reconcile: Reconcile | None, key: str) -> Mapping[str, Any] | None:
+    """What a sync ``reconcile`` says; an async one is refused (once_async awaits it)."""
+    assert reconcile is not None
+    found = reconcile(key)
+    if inspect.isawaitable(found):
+        if inspect.iscoroutine(found):
+            found.close()  # or Python warns that it was never awaited
+        raise EffectError("reconcile= is a coroutine function: use once_async()")
+    return found
 
 
 def _lost(effect: Effect) -> EffectError:
@@ -202,14 +213,23 @@ def _lost(effect: Effect) -> EffectError:
 
 
 # A step of entering once(): a statement to run (its row is sent back), or RECONCILE (the
-# reconcile callback's answer is sent back). The sync and async shells only run the steps.
+# reconcile callback's answer is sent back). The sync and async shells only answer the steps
+# (db/steps.py drives them).
 RECONCILE = ("reconcile",)
 Step = tuple[Any, ...]
 
 
 def _entering(
-    q: Queries, key: str, stale_after: timedelta, can_reconcile: bool
+    q: Queries,
+    key: str,
+    stale_after: timedelta,
+    can_reconcile: bool,
+    fence: dict[str, Any] | None,
 ) -> Generator[Step, Any, Effect]:
+    # An attempt whose lease is gone (a zombie) must not start an effect: another attempt may be
+    # running the job, and the ledger alone would only make it wait or take over.
+    if fence is not None and not _held((yield (q.holds_lease, fence))):
+        raise _zombie(key)
     owner = uuid.uuid4()
     params = _params(key, stale_after, owner)
     for _ in range(MAX_RACES):
@@ -254,34 +274,19 @@ class Effects:
         job.check_live(f"effect {key!r}")
         return {"id": job.id, "token": job.lease_token}
 
-    def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:
-        with _database_lost(key):
-            return self._enter_unguarded(key, stale_after, reconcile)
-
-    def _enter_unguarded(
+    def _steps(
         self, key: str, stale_after: timedelta, reconcile: Reconcile | None
-    ) -> Effect:
-        # An attempt whose lease is gone (a zombie) must not start an effect: another attempt
-        # may be running the job, and the ledger alone would only make it wait or take over.
-        fence = self._fence(key)
-        if fence is not None and not _held(self.db.fetch_one(self.db.queries.holds_lease, fence)):
-            raise _zombie(key)
-        steps = _entering(self.db.queries, key, stale_after, reconcile is not None)
-        try:
-            step = next(steps)
-            while True:
-                if step is RECONCILE:
-                    assert reconcile is not None
-                    found = reconcile(key)
-                    if inspect.isawaitable(found):
-                        if inspect.iscoroutine(found):
-                            found.close()  # or Python warns that it was never awaited
-                        raise EffectError("reconcile= is a coroutine function: use once_async()")
-                    step = steps.send(found)
-                else:
-                    step = steps.send(self.db.fetch_one(*step))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    ) -> Generator[Step, Any, Effect]:
+        return _entering(self.db.queries, key, stale_after, reconcile is not None, self._fence(key))
+
+    def _enter(self, key: str, stale_after: timedelta, reconcile: Reconcile | None) -> Effect:
+        def run(step: Step) -> Any:
+            if step is RECONCILE:
+                return _reconciled(reconcile, key)
+            return self.db.fetch_one(*step)
+
+        with _database_lost(key):
+            return drive(self._steps(key, stale_after, reconcile), run)
 
     @contextmanager
     def once(
@@ -299,9 +304,6 @@ class Effects:
         """
         _check(key, stale_after)
         effect = self._enter(key, stale_after, reconcile)
-        if effect.done:
-            yield effect
-            return
         try:
             yield effect
         except Exception as exc:
@@ -312,16 +314,16 @@ class Effects:
         self._finish(effect, None)
 
     def _finish(self, effect: Effect, error: BaseException | None) -> None:
+        params = _finish_params(effect, error)
+        if params is None:
+            return
         with _database_lost(effect.key):
-            row = self.db.fetch_one(self.db.queries.finish_effect, _finish_params(effect, error))
+            row = self.db.fetch_one(self.db.queries.finish_effect, params)
         if row is None:
             raise _lost(effect)
 
     def get(self, key: str) -> EffectRecord:
-        row = self.db.fetch_one(self.db.queries.get_effect, {"key": key})
-        if row is None:
-            raise EffectNotFoundError(key)
-        return EffectRecord.from_row(row)
+        return _record(self.db.fetch_one(self.db.queries.get_effect, {"key": key}), key)
 
     def list(self, status: EffectStatus | None = None, limit: int = 100) -> list[EffectRecord]:
         """Effects, most recently changed first."""
@@ -331,41 +333,22 @@ class Effects:
 
     def forget(self, key: str) -> EffectRecord:
         """Delete the effect's row, so it can happen again (an operator's decision)."""
-        row = self.db.fetch_one(self.db.queries.forget_effect, {"key": key})
-        if row is None:
-            raise EffectNotFoundError(key)
-        return EffectRecord.from_row(row)
+        return _record(self.db.fetch_one(self.db.queries.forget_effect, {"key": key}), key)
 
     # -- async -----------------------------------------------------------------------------------
 
     async def _enter_async(
         self, key: str, stale_after: timedelta, reconcile: Reconcile | None
     ) -> Effect:
-        with _database_lost(key):
-            return await self._enter_async_unguarded(key, stale_after, reconcile)
+        async def run(step: Step) -> Any:
+            if step is RECONCILE:
+                assert reconcile is not None
+                found = reconcile(key)
+                return await found if inspect.isawaitable(found) else found
+            return await self.db.fetch_one_async(*step)
 
-    async def _enter_async_unguarded(
-        self, key: str, stale_after: timedelta, reconcile: Reconcile | None
-    ) -> Effect:
-        fence = self._fence(key)
-        if fence is not None:
-            row = await self.db.fetch_one_async(self.db.queries.holds_lease, fence)
-            if not _held(row):
-                raise _zombie(key)
-        steps = _entering(self.db.queries, key, stale_after, reconcile is not None)
-        try:
-            step = next(steps)
-            while True:
-                if step is RECONCILE:
-                    assert reconcile is not None
-                    found = reconcile(key)
-                    if inspect.isawaitable(found):
-                        found = await found
-                    step = steps.send(found)
-                else:
-                    step = steps.send(await self.db.fetch_one_async(*step))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        with _database_lost(key):
+            return await drive_async(self._steps(key, stale_after, reconcile), run)
 
     @asynccontextmanager
     async def once_async(
@@ -378,9 +361,6 @@ class Effects:
         """The async twin of :meth:`once`; ``reconcile`` may be sync or async."""
         _check(key, stale_after)
         effect = await self._enter_async(key, stale_after, reconcile)
-        if effect.done:
-            yield effect
-            return
         try:
             yield effect
         except Exception as exc:
@@ -389,18 +369,17 @@ class Effects:
         await self._finish_async(effect, None)
 
     async def _finish_async(self, effect: Effect, error: BaseException | None) -> None:
+        params = _finish_params(effect, error)
+        if params is None:
+            return
         with _database_lost(effect.key):
-            row = await self.db.fetch_one_async(
-                self.db.queries.finish_effect, _finish_params(effect, error)
-            )
+            row = await self.db.fetch_one_async(self.db.queries.finish_effect, params)
         if row is None:
             raise _lost(effect)
 
     async def get_async(self, key: str) -> EffectRecord:
         row = await self.db.fetch_one_async(self.db.queries.get_effect, {"key": key})
-        if row is None:
-            raise EffectNotFoundError(key)
-        return EffectRecord.from_row(row)
+        return _record(row, key)
 
     async def list_async(
         self, status: EffectStatus | None = None, limit: int = 100
@@ -411,6 +390,4 @@ class Effects:
 
     async def forget_async(self, key: str) -> EffectRecord:
         row = await self.db.fetch_one_async(self.db.queries.forget_effect, {"key": key})
-        if row is None:
-            raise EffectNotFoundError(key)
-        return EffectRecord.from_row(row)
+        return _record(row, key)

@@ -15,7 +15,18 @@ class CronbaseError(Exception):
 
 
 class ConfigurationError(CronbaseError):
-    """A setting is missing or wrong (database URL, schema name, app path)."""
+    """A setting is missing or wrong (database URL, schema name, app path, a task's or a job's
+    options)."""
+
+
+class InvalidValueError(CronbaseError, ValueError):
+    """A value a call does not take (a job status to filter by, a limit, an age); the message
+    names it."""
+
+
+class UsageError(CronbaseError, RuntimeError):
+    """A call made where it cannot work: ``current_job()`` outside a running job, ``drain()``
+    inside an event loop, a step without the job's database."""
 
 
 class DatabaseURLError(ConfigurationError):
@@ -60,6 +71,10 @@ class JobStateError(CronbaseError):
 class WorkflowError(CronbaseError, ValueError):
     """A graph of jobs that cannot be deferred: an unknown parent, a bad on_parent_failure, an
     empty chain or group; the message names the problem."""
+
+
+class EventError(CronbaseError, ValueError):
+    """An event that cannot be emitted: a bad key, or a payload that is not JSON."""
 
 
 class EventTimeout(CronbaseError, TimeoutError):

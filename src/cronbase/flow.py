@@ -151,14 +151,6 @@ class TaskFlow:
             return None
         return TaskFlow(task, global_concurrency, concurrency_key, key_concurrency, rate)
 
-    @property
-    def task_wide(self) -> bool:
-        """Whether the task as a whole has a limit (its global_concurrency, or a rate that is
-        not per key)."""
-        return self.global_concurrency is not None or (
-            self.rate is not None and self.concurrency_key is None
-        )
-
     def scope(self, payload: Any, key: str | None = None) -> str:
         """The job's flow_key: its concurrency key's scope (``key``, given to configure, or the
         template rendered over ``payload``), else the task's."""

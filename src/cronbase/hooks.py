@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .context import JobContext
     from .db.database import Database
     from .enqueue.graph import Graph
-    from .enqueue.insert import JobOptions
+    from .enqueue.options import JobOptions
     from .job import JSONValue, Payload
     from .task import Task
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
+from .records import Record
+
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 Payload: TypeAlias = dict[str, JSONValue]
 
@@ -120,8 +122,9 @@ def next_state(
 
 
 @dataclass(frozen=True)
-class Job:
-    """A snapshot of one row of cronbase.jobs."""
+class Job(Record):
+    """A snapshot of one row of cronbase.jobs; ``to_json``: datetimes as ISO 8601, the lease in
+    seconds."""
 
     id: int
     task: str
@@ -164,18 +167,6 @@ class Job:
         values = {f.name: row[f.name] for f in fields(cls)}
         values["status"] = JobStatus(values["status"])
         return cls(**values)
-
-    def to_json(self) -> dict[str, JSONValue]:
-        """A JSON-ready dict (datetimes as ISO 8601, the lease in seconds)."""
-        out: dict[str, JSONValue] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif isinstance(value, timedelta):
-                value = value.total_seconds()
-            out[f.name] = value
-        return out
 
 
 @dataclass(frozen=True)
@@ -272,7 +263,7 @@ class JobGraph:
 
 
 @dataclass(frozen=True)
-class JobAttempt:
+class JobAttempt(Record):
     """One finished (or lost) attempt from the history table."""
 
     job_id: int
@@ -284,14 +275,3 @@ class JobAttempt:
     error: str | None
     error_type: str | None
     traceback: str | None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> JobAttempt:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
-
-    def to_json(self) -> dict[str, JSONValue]:
-        out: dict[str, JSONValue] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
-        return out

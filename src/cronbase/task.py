@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .durations import DurationLike, optional_duration
 from .enqueue.graph import check_after
 from .enqueue.insert import (
-    JobOptions,
     defer_many_async,
     defer_many_sync,
     defer_one_async,
     defer_one_sync,
 )
+from .enqueue.options import Isolation, JobOptions, TaskDefaults
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
-from .flow import TaskFlow, check_template
 from .hooks import Hooks
 from .job import Payload
 from .payload.arguments import (
@@ -30,7 +29,6 @@ from .payload.arguments import (
 )
 from .payload.converters import SCALARS
 from .payload.encode import _BadValue, stored_form
-from .retry import Backoff
 from .workflow.signatures import Signature
 
 if TYPE_CHECKING:
@@ -47,94 +45,12 @@ _UNRESOLVED = Conversions(())
 _to_datetime = SCALARS[datetime]
 
 
-def _exception_types(what: str, value: object) -> None:
-    if not isinstance(value, tuple) or not all(
-        isinstance(t, type) and issubclass(t, BaseException) for t in value
-    ):
-        raise ConfigurationError(
-            f"{what} must be a tuple of exception classes, such as (IOError,), got {value!r}"
-        )
-
-
-def check_unique(unique_for: object, unique_key: object) -> None:
-    """Refuse, naming the value, a unique_for / unique_key a task cannot use."""
-    if unique_for is not None and (
-        not isinstance(unique_for, timedelta) or unique_for < timedelta(seconds=1)
-    ):
-        raise ConfigurationError(f"unique_for must be at least one second, got {unique_for!r}")
-    if unique_key is not None:
-        if unique_for is None:
-            raise ConfigurationError(f"unique_key={unique_key!r} needs unique_for (the window)")
-        if not isinstance(unique_key, str) or not unique_key:
-            raise ConfigurationError(f"unique_key must be a template string, got {unique_key!r}")
-        check_template(unique_key, "unique_key")
-
-
-def check_steering(retry_on: object, dont_retry_on: object, max_snoozes: object) -> None:
-    """Refuse, naming the value, a retry_on / dont_retry_on / max_snoozes a task cannot use."""
-    if retry_on is not None:
-        _exception_types("retry_on", retry_on)
-    _exception_types("dont_retry_on", dont_retry_on)
-    if not isinstance(max_snoozes, int) or isinstance(max_snoozes, bool) or max_snoozes < 0:
-        raise ConfigurationError(
-            f"max_snoozes must be a whole number of 0 or more, got {max_snoozes!r}"
-        )
-
-
 def find_task(tasks: Mapping[str, Task[Any, Any]], name: str) -> Task[Any, Any]:
     """The registered task ``name``; UnknownTaskError naming the registered ones otherwise."""
     try:
         return tasks[name]
     except KeyError:
         raise UnknownTaskError(name, list(tasks)) from None
-
-
-@dataclass(frozen=True)
-class TaskDefaults:
-    queue: str = "default"
-    priority: int = 100
-    max_attempts: int = 20
-    lease: timedelta = timedelta(minutes=1)
-    retry: Backoff = field(default_factory=Backoff)
-    timeout: timedelta | None = None
-    # Global concurrency and rate limits (flow.py); None: the task is unlimited.
-    flow: TaskFlow | None = None
-    # Which exceptions are retried: one outside retry_on (when given) or inside dont_retry_on
-    # sends the job dead at once (dont_retry_on wins).
-    retry_on: tuple[type[BaseException], ...] | None = None
-    dont_retry_on: tuple[type[BaseException], ...] = ()
-    # How many times a handler may raise Snooze before the job goes dead.
-    max_snoozes: int = 100
-    # One job per task, key and window of this length (unique_key: a template over the payload).
-    unique_for: timedelta | None = None
-    unique_key: str | None = None
-    # Where a sync handler runs: a thread of the worker's pool, or a child process that is
-    # killed at the timeout (worker/isolation.py).
-    isolation: Isolation = "thread"
-
-
-Isolation = Literal["thread", "process"]
-ISOLATIONS: tuple[Isolation, ...] = ("thread", "process")
-
-
-def check_isolation(name: str, func: Callable[..., Any], isolation: object) -> None:
-    """Refuse, naming the value, an isolation a handler cannot run under."""
-    if isolation not in ISOLATIONS:
-        raise ConfigurationError(
-            f"task {name!r}: isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}"
-        )
-    if isolation == "process":
-        if inspect.iscoroutinefunction(func):
-            raise ConfigurationError(
-                f"task {name!r}: isolation='process' is for sync handlers; an async handler is "
-                "cancelled at its timeout already"
-            )
-        qualname = func.__qualname__
-        if "<locals>" in qualname or "<lambda>" in qualname:
-            raise ConfigurationError(
-                f"task {name!r}: isolation='process' needs a handler defined at module level "
-                f"(a child process imports it), not {func.__module__}.{qualname}"
-            )
 
 
 class Task(Generic[P, R]):
@@ -232,21 +148,13 @@ class Task(Generic[P, R]):
         check_arguments(self.name, conversions, payload, skip)
 
     def _check_keys(self, payload: Payload) -> None:
-        if not isinstance(payload, dict):
-            raise PayloadError(
-                f"payload for task {self.name!r} must be a JSON object, got {payload!r}"
-            )
-        kwargs: dict[str, Any] = dict(payload)
-        slot = kwargs.pop(SCHEDULED_AT, None)
-        if slot is not None and self._takes_scheduled_at:
-            stored = slot if isinstance(slot, str) else stored_form(self.name, SCHEDULED_AT, slot)
-            kwargs[SCHEDULED_AT] = self._slot(stored)
-        if not self._fits(kwargs.keys()):
-            self._bind(kwargs)
+        # The values are checked apart, as they will be stored (_check_values).
+        self.arguments(payload, converted=False)
 
-    def arguments(self, payload: Payload) -> dict[str, Any]:
+    def arguments(self, payload: Payload, *, converted: bool = True) -> dict[str, Any]:
         """The handler's keyword arguments for a payload, as the types its annotations ask for
-        (``convert.py``); PayloadError when they do not fit or do not convert.
+        (``convert.py``; ``converted=False``: as given); PayloadError when they do not fit or
+        do not convert.
 
         A scheduled job's payload carries its slot as ``scheduled_at`` (ISO text): a handler
         that takes the argument gets it as an aware datetime, one that does not never sees it.
@@ -262,7 +170,7 @@ class Task(Generic[P, R]):
         if not self._fits(kwargs.keys()):
             self._bind(kwargs)
         conversions = self._conversions
-        if conversions is None:
+        if conversions is None or not converted:
             return kwargs
         if conversions is _UNRESOLVED:
             conversions = self._resolve()
@@ -280,7 +188,10 @@ class Task(Generic[P, R]):
             ) from None
 
     def _slot(self, slot: object) -> datetime:
-        """A scheduled job's ``scheduled_at``, whatever the handler annotates: an aware datetime."""
+        """A scheduled job's ``scheduled_at``, whatever the handler annotates: an aware datetime.
+        A defer may give it as a datetime: it is read as it will be stored (ISO text)."""
+        if not isinstance(slot, str):
+            slot = stored_form(self.name, SCHEDULED_AT, slot)
         try:
             return _to_datetime(slot)  # type: ignore[no-any-return]
         except _BadValue as exc:
@@ -306,15 +217,7 @@ class Task(Generic[P, R]):
         cached = self._options
         if cached is not None and cached[0] is d:
             return cached[1]
-        opts = JobOptions(
-            queue=d.queue,
-            priority=d.priority,
-            max_attempts=d.max_attempts,
-            lease=d.lease,
-            flow=d.flow,
-            unique_for=d.unique_for,
-            unique_key=d.unique_key,
-        )
+        opts = d.job_options()
         self._options = (d, opts)
         return opts
 

@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -69,6 +69,19 @@ def console(width: int | None = None) -> Console:
     return Console(highlight=False, markup=False, width=width)
 
 
+def listed(settings: Settings, found: Sequence[Any], as_json: bool, empty: str) -> Console | None:
+    """What a listing command shows first: with --json, every record as its ``to_json()`` (and
+    None: nothing more to print); else the console to print on, ``empty`` said on it when
+    nothing was found."""
+    if as_json:
+        click.echo(json.dumps([record.to_json() for record in found], indent=2))
+        return None
+    out = console(settings.width)
+    if not found:
+        out.print(empty)
+    return out
+
+
 def when(value: datetime | None) -> str:
     """A time in the machine's zone, which it names (``2026-11-24 03:29:19 UTC``)."""
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if value else ""
@@ -118,6 +131,9 @@ class Settings:
     # --database-url, --listen-url, --pooler as given (exported to the environment, which an
     # App(...) that passes its own value does not read).
     connection: dict[str, str] = field(default_factory=dict)
+    # The arguments the command was given (after the program's name): a supervisor's worker
+    # processes run the same command line (cronbase worker --processes N).
+    argv: list[str] = field(default_factory=list)
     _app: App | None = None
 
     def app(self, *, needs_tasks: bool = False) -> App:
@@ -227,6 +243,17 @@ def parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> Pay
             "e.g. '{\"invoice_id\": 812}'"
         )
     return parsed
+
+
+# --payload, as `enqueue` and `schedules add` take it.
+payload_option = click.option(
+    "--payload",
+    metavar="JSON",
+    default="{}",
+    callback=parse_payload,
+    show_default=True,
+    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
+)
 
 
 def _payload_text(value: str) -> tuple[str, str]:

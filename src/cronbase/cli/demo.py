@@ -15,12 +15,13 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from psycopg import sql
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.logging import RichHandler
 from rich.progress_bar import ProgressBar
@@ -168,23 +169,21 @@ async def run_worker_with_live_view(console: Console) -> list[Job]:
             await app.aclose()
 
 
-def live_view(jobs: Sequence[Job], elapsed: float) -> Table:
-    done = sum(job.status.is_final for job in jobs)
-    table = Table(title=f"cronbase demo: {done}/{len(jobs)} jobs final after {elapsed:.1f}s")
-    for column in ("id", "task", "payload", "status", "attempt", "progress", "stage", "last error"):
+def jobs_table(jobs: Sequence[Job], columns: Sequence[str], **title: Any) -> Table:
+    """The demo's tables: a row per job, these columns of it (CELLS)."""
+    table = Table(**title)
+    for column in columns:
         table.add_column(column, overflow="fold")
     for job in jobs:
-        table.add_row(
-            str(job.id),
-            job.task,
-            payload_text(job.payload),
-            status_text(job.status),
-            f"{job.attempts}/{job.max_attempts}",
-            progress_cell(job),
-            Text(job.stage or ""),
-            Text(job.last_error or "", style="red"),
-        )
+        table.add_row(*(CELLS[column](job) for column in columns))
     return table
+
+
+def live_view(jobs: Sequence[Job], elapsed: float) -> Table:
+    done = sum(job.status.is_final for job in jobs)
+    columns = ("id", "task", "payload", "status", "attempt", "progress", "stage", "last error")
+    title = f"cronbase demo: {done}/{len(jobs)} jobs final after {elapsed:.1f}s"
+    return jobs_table(jobs, columns, title=title)
 
 
 def progress_cell(job: Job) -> Table | str:
@@ -195,27 +194,33 @@ def progress_cell(job: Job) -> Table | str:
     return cell
 
 
+# What each column of the demo's tables shows of a job.
+CELLS: dict[str, Callable[[Job], RenderableType]] = {
+    "id": lambda job: str(job.id),
+    "task": lambda job: job.task,
+    "payload": lambda job: payload_text(job.payload),
+    "status": lambda job: status_text(job.status),
+    "attempt": lambda job: f"{job.attempts}/{job.max_attempts}",
+    "attempts": lambda job: str(job.attempts),
+    "progress": progress_cell,
+    "stage": lambda job: Text(job.stage or ""),
+    "last error": lambda job: Text(job.last_error or "", style="red"),
+}
+
+
 def summary(jobs: Sequence[Job]) -> Group:
     tables = []
     for status in JobStatus:
         group = [job for job in jobs if job.status is status]
         if not group:
             continue
-        table = Table(
+        table = jobs_table(
+            group,
+            ("id", "task", "payload", "attempts", "last error"),
             title=f"{status.value}: {len(group)} job{'' if len(group) == 1 else 's'}",
             title_style=STATUS_STYLES[status],
             title_justify="left",
         )
-        for column in ("id", "task", "payload", "attempts", "last error"):
-            table.add_column(column, overflow="fold")
-        for job in group:
-            table.add_row(
-                str(job.id),
-                job.task,
-                payload_text(job.payload),
-                str(job.attempts),
-                Text(job.last_error or "", style="red"),
-            )
         tables.append(table)
     return Group(*tables)
 

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..effects import STATUSES, EffectRecord
-from .common import INT8_MAX, Settings, console, payload_text, when
+from .common import INT8_MAX, Settings, console, listed, payload_text, when
 from .main import cli
 
 STYLES = {"processing": "bold yellow", "done": "green", "failed": "red"}
@@ -46,10 +46,9 @@ def effects() -> None:
 def list_effects(settings: Settings, status: str | None, limit: int, as_json: bool) -> None:
     """Effects, most recently changed first."""
     found = settings.app().effects.list(status=status, limit=limit)  # type: ignore[arg-type]
-    if as_json:
-        click.echo(json.dumps([e.to_json() for e in found], indent=2))
-        return
-    console(settings.width).print(effects_table(found) if found else "no effects")
+    out = listed(settings, found, as_json, "no effects")
+    if out is not None and found:
+        out.print(effects_table(found))
 
 
 @effects.command("show")

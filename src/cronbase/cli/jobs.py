@@ -18,6 +18,7 @@ from .common import (
     Settings,
     cli_actor,
     console,
+    listed,
     relative,
     status_text,
     when,
@@ -48,13 +49,10 @@ def list_jobs(
     """The newest jobs, filtered."""
     app = settings.app()
     found = app.jobs.list(status=status, queue=queue, task=task, limit=limit)
-    if as_json:
-        click.echo(json.dumps([job.to_json() for job in found], indent=2))
+    out = listed(settings, found, as_json, "no jobs match")
+    if out is None:
         return
-    out = console(settings.width)
-    if not found:
-        out.print("no jobs match")
-    else:
+    if found:
         out.print(jobs_table(found))
     overview = app.stats()
     totals = overview.totals()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from ..checks import check_name
 from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
-from ..operations.queues import QueueState, limit_params, rate_params
+from ..operations.queues import Queues, QueueState, limit_params, rate_params
 from ..operations.retention import PRUNABLE
 from ..operations.stats import WINDOWS, Overview
 from ..operations.storage import Storage, human_bytes
@@ -26,6 +27,7 @@ from .common import (
     cli_actor,
     console,
     duration_text,
+    listed,
     parse_duration,
     status_text,
     when,
@@ -129,12 +131,8 @@ def storage_table(stored: Storage) -> Table:
 def tasks_command(settings: Settings, window: str, as_json: bool) -> None:
     """Per task and queue: attempts per minute, failure rate, p50/p95 run time."""
     found = settings.app().task_stats(WINDOWS[window])
-    if as_json:
-        click.echo(json.dumps([t.to_json() for t in found], indent=2))
-        return
-    out = console(settings.width)
-    if not found:
-        out.print(f"no attempt ended in the last {window}")
+    out = listed(settings, found, as_json, f"no attempt ended in the last {window}")
+    if out is None or not found:
         return
     table = Table(title=f"tasks, last {window}")
     for column in ("task", "queue", "succeeded", "failed", "failure rate", "per minute"):
@@ -214,6 +212,12 @@ def describe_task_limits(row: dict[str, Any]) -> str:
     return f"task {row['task']}: {', '.join(parts) or 'no limit'}"
 
 
+# --force, as the commands that change a queue take it (known_queue says why).
+force_option = click.option(
+    "--force", is_flag=True, help="Even if no task, job or worker uses the queue."
+)
+
+
 def known_queue(app: App, name: str, force: bool) -> None:
     """Refuse (exit 2) a queue no job, task (of --app), worker or earlier command uses: a typo
     would otherwise pause or limit nothing, silently. ``--force`` to set it up ahead. The rule
@@ -237,57 +241,70 @@ def _limit_value(value: str) -> int | None:
         ) from None
 
 
-@queues.command("limit")
-@click.argument("name")
-@click.argument("n")
-@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
-@click.pass_obj
-def limit_queue(settings: Settings, name: str, n: str, force: bool) -> None:
-    """At most N running jobs of queue NAME across all workers (N = none removes the limit)."""
-    app = settings.app()
-    limit = _limit_value(n)
-    limit_params(name, limit)  # a bad name or number is refused as such first
-    known_queue(app, name, force)
-    state = app.queues.set_limit(name, limit, actor=cli_actor())
-    click.echo(describe_queue(state))
+def _rate_value(value: str) -> str | None:
+    return None if value.lower() == "none" else value
 
 
-@queues.command("rate")
-@click.argument("name")
-@click.argument("rate")
-@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
-@click.pass_obj
-def rate_queue(settings: Settings, name: str, rate: str, force: bool) -> None:
-    """At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it)."""
-    app = settings.app()
-    rate_params(name, None if rate.lower() == "none" else rate)
-    known_queue(app, name, force)
-    state = app.queues.set_rate(name, None if rate.lower() == "none" else rate, actor=cli_actor())
-    click.echo(describe_queue(state))
+def _queue_setting(
+    verb: str,
+    metavar: str,
+    parse: Callable[[str], Any],
+    check: Callable[[str, Any], object],
+    act: Callable[..., QueueState],
+    doc: str,
+) -> None:
+    """``queues limit`` and ``queues rate``: one command but for the value's parsing, check and
+    library call."""
+
+    @queues.command(verb, help=doc)
+    @click.argument("name")
+    @click.argument("value", metavar=metavar)
+    @force_option
+    @click.pass_obj
+    def setting(settings: Settings, name: str, value: str, force: bool) -> None:
+        app = settings.app()
+        parsed = parse(value)
+        check(name, parsed)  # a bad name or value is refused as such first
+        known_queue(app, name, force)
+        click.echo(describe_queue(act(app.queues, name, parsed, actor=cli_actor())))
 
 
-@queues.command("pause")
-@click.argument("name")
-@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
-@click.pass_obj
-def pause_queue(settings: Settings, name: str, force: bool) -> None:
-    """Stop workers claiming from queue NAME (running jobs finish)."""
-    app = settings.app()
-    known_queue(app, name, force)
-    app.queues.pause(name, actor=cli_actor())
-    click.echo(f"queue {name!r} paused")
+_queue_setting(
+    "limit",
+    "N",
+    _limit_value,
+    limit_params,
+    Queues.set_limit,
+    "At most N running jobs of queue NAME across all workers (N = none removes the limit).",
+)
+_queue_setting(
+    "rate",
+    "RATE",
+    _rate_value,
+    rate_params,
+    Queues.set_rate,
+    "At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it).",
+)
 
 
-@queues.command("resume")
-@click.argument("name")
-@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
-@click.pass_obj
-def resume_queue(settings: Settings, name: str, force: bool) -> None:
-    """Let workers claim from queue NAME again."""
-    app = settings.app()
-    known_queue(app, name, force)
-    app.queues.resume(name, actor=cli_actor())
-    click.echo(f"queue {name!r} resumed")
+def _queue_switch(verb: str, act: Callable[..., object], done: str, doc: str) -> None:
+    """``queues pause`` and ``queues resume``: one command but for the library call."""
+
+    @queues.command(verb, help=doc)
+    @click.argument("name")
+    @force_option
+    @click.pass_obj
+    def switch(settings: Settings, name: str, force: bool) -> None:
+        app = settings.app()
+        known_queue(app, name, force)
+        act(app.queues, name, actor=cli_actor())
+        click.echo(f"queue {name!r} {done}")
+
+
+_queue_switch(
+    "pause", Queues.pause, "paused", "Stop workers claiming from queue NAME (running jobs finish)."
+)
+_queue_switch("resume", Queues.resume, "resumed", "Let workers claim from queue NAME again.")
 
 
 @cli.command("prune")
@@ -396,13 +413,8 @@ def check(
 def audit_command(settings: Settings, limit: int, as_json: bool) -> None:
     """Operator actions from the command line and the dashboard, newest first."""
     found = settings.app().audit.list(limit=limit)
-    if as_json:
-        shown = [{**vars(e), "at": e.at.isoformat()} for e in found]
-        click.echo(json.dumps(shown, indent=2, default=str))
-        return
-    out = console(settings.width)
-    if not found:
-        out.print("no operator actions recorded yet")
+    out = listed(settings, found, as_json, "no operator actions recorded yet")
+    if out is None or not found:
         return
     table = Table(title="audit log")
     for column in ("at", "who", "action", "target", "detail"):

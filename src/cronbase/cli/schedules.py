@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import click
@@ -10,14 +11,15 @@ from rich.table import Table
 from rich.text import Text
 
 from ..job import Payload
+from ..operations.schedules import Schedules
 from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
 from .common import (
     INT4_MAX,
     Settings,
     app_option,
     cli_actor,
-    console,
-    parse_payload,
+    listed,
+    payload_option,
     payload_text,
     relative,
 )
@@ -77,12 +79,12 @@ def schedules() -> None:
 def list_schedules(settings: Settings, as_json: bool) -> None:
     """Every schedule, with its last and next run in its own time zone."""
     found = settings.app().schedules.list()
-    if as_json:
-        click.echo(json.dumps([s.to_json() for s in found], indent=2))
+    out = listed(settings, found, as_json, "no schedules")
+    if out is None:
         return
-    out = console(settings.width)
     now = datetime.now(UTC)
-    out.print(schedules_table(found, now) if found else "no schedules")
+    if found:
+        out.print(schedules_table(found, now))
     late = [s.key for s in found if s.overdue(now)]
     if late:
         out.print(
@@ -97,14 +99,7 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
 @click.option("--cron", "cron_expr", required=True, metavar="EXPR", help="e.g. '0 8 * * MON'.")
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the expression.")
 @click.option("--key", help="The schedule's name (default: the task name).")
-@click.option(
-    "--payload",
-    metavar="JSON",
-    default="{}",
-    callback=parse_payload,
-    show_default=True,
-    help="The task's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
-)
+@payload_option
 @click.option("--queue", help="Queue of its jobs (default: the task's).")
 @click.option(
     "--catch-up",
@@ -148,22 +143,21 @@ def add_schedule(
     shown(schedule, as_json)
 
 
-@schedules.command("pause")
-@click.argument("key")
-@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
-@click.pass_obj
-def pause_schedule(settings: Settings, key: str, as_json: bool) -> None:
-    """Stop firing a schedule (slots while paused are skipped)."""
-    shown(settings.app().schedules.pause(key), as_json)
+def _schedule_switch(verb: str, act: Callable[[Schedules, str], Schedule], doc: str) -> None:
+    """``schedules pause`` and ``schedules resume``: one command but for the library call."""
+
+    @schedules.command(verb, help=doc)
+    @click.argument("key")
+    @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
+    @click.pass_obj
+    def switch(settings: Settings, key: str, as_json: bool) -> None:
+        shown(act(settings.app().schedules, key), as_json)
 
 
-@schedules.command("resume")
-@click.argument("key")
-@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
-@click.pass_obj
-def resume_schedule(settings: Settings, key: str, as_json: bool) -> None:
-    """Fire a paused schedule again, from its next slot."""
-    shown(settings.app().schedules.resume(key), as_json)
+_schedule_switch(
+    "pause", Schedules.pause, "Stop firing a schedule (slots while paused are skipped)."
+)
+_schedule_switch("resume", Schedules.resume, "Fire a paused schedule again, from its next slot.")
 
 
 def shown(schedule: Schedule, as_json: bool) -> None:

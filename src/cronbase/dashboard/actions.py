@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -55,6 +55,15 @@ def _valid(what: Callable[[], Any]) -> Any:
         return what()
     except CronbaseError as exc:
         raise HTTPException(400, str(exc)) from None
+
+
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Act(Protocol[T_contra]):
+    """A library call on one job, queue or schedule, audited as ``actor``."""
+
+    def __call__(self, target: T_contra, /, *, actor: str | None = None) -> Awaitable[object]: ...
 
 
 BULK_ACTIONS = ("retry", "cancel", "delete")
@@ -109,23 +118,39 @@ class Actions:
             raise HTTPException(404, str(exc)) from None
         return key
 
-    async def retry_job(self, request: Request) -> Response:
+    async def _on_job(self, request: Request, act: Act[int], notice: str) -> Response:
+        """``act`` on the page's job; back to its page."""
         job_id = job_id_of(request)
 
         async def change(who: str) -> Done:
-            await self.app.jobs.retry_async(job_id, actor=who)
-            return Done("job", {"job_id": job_id}, "retried")
+            await act(job_id, actor=who)
+            return Done("job", {"job_id": job_id}, notice)
 
         return await self._run(request, change)
+
+    async def _on_queue(self, request: Request, act: Act[str], notice: str) -> Response:
+        """``act`` on the form's queue; back to the overview."""
+
+        async def change(who: str) -> Done:
+            await act(await self._queue(request), actor=who)
+            return Done("overview", {}, notice)
+
+        return await self._run(request, change)
+
+    async def _on_schedule(self, request: Request, act: Act[str], notice: str) -> Response:
+        """``act`` on the form's schedule; back to the schedules."""
+
+        async def change(who: str) -> Done:
+            await act(await self._schedule_key(request), actor=who)
+            return Done("schedules", {}, notice)
+
+        return await self._run(request, change)
+
+    async def retry_job(self, request: Request) -> Response:
+        return await self._on_job(request, self.app.jobs.retry_async, "retried")
 
     async def cancel_job(self, request: Request) -> Response:
-        job_id = job_id_of(request)
-
-        async def change(who: str) -> Done:
-            await self.app.jobs.cancel_async(job_id, actor=who)
-            return Done("job", {"job_id": job_id}, "cancelled")
-
-        return await self._run(request, change)
+        return await self._on_job(request, self.app.jobs.cancel_async, "cancelled")
 
     async def bulk_jobs(self, request: Request) -> Response:
         found = await form(request)
@@ -166,20 +191,10 @@ class Actions:
         return await self._run(request, change)
 
     async def pause_queue(self, request: Request) -> Response:
-        async def change(who: str) -> Done:
-            name = await self._queue(request)
-            await self.app.queues.pause_async(name, actor=who)
-            return Done("overview", {}, "queue-paused")
-
-        return await self._run(request, change)
+        return await self._on_queue(request, self.app.queues.pause_async, "queue-paused")
 
     async def resume_queue(self, request: Request) -> Response:
-        async def change(who: str) -> Done:
-            name = await self._queue(request)
-            await self.app.queues.resume_async(name, actor=who)
-            return Done("overview", {}, "queue-resumed")
-
-        return await self._run(request, change)
+        return await self._on_queue(request, self.app.queues.resume_async, "queue-resumed")
 
     async def limit_queue(self, request: Request) -> Response:
         async def change(who: str) -> Done:
@@ -209,12 +224,7 @@ class Actions:
         return await self._run(request, change)
 
     async def pause_schedule(self, request: Request) -> Response:
-        async def change(who: str) -> Done:
-            key = await self._schedule_key(request)
-            await self.app.schedules.pause_async(key, actor=who)
-            return Done("schedules", {}, "schedule-paused")
-
-        return await self._run(request, change)
+        return await self._on_schedule(request, self.app.schedules.pause_async, "schedule-paused")
 
     async def run_schedule(self, request: Request) -> Response:
         async def change(who: str) -> Done:
@@ -225,9 +235,4 @@ class Actions:
         return await self._run(request, change)
 
     async def resume_schedule(self, request: Request) -> Response:
-        async def change(who: str) -> Done:
-            key = await self._schedule_key(request)
-            await self.app.schedules.resume_async(key, actor=who)
-            return Done("schedules", {}, "schedule-resumed")
-
-        return await self._run(request, change)
+        return await self._on_schedule(request, self.app.schedules.resume_async, "schedule-resumed")

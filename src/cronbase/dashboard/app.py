@@ -26,6 +26,7 @@ from .actions import Actions
 from .auth import AuthMiddleware, Credentials
 from .csrf import CsrfCookieMiddleware, CsrfTokens
 from .doors import DoorsMiddleware, allowed_host
+from .middleware import HttpMiddleware
 from .pages import Pages
 from .render import Renderer, where
 
@@ -43,17 +44,10 @@ SECURITY_HEADERS = {
 }
 
 
-class SecurityHeadersMiddleware:
+class SecurityHeadersMiddleware(HttpMiddleware):
     """The headers above on every response; ``no-store`` on pages and errors."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)

@@ -25,6 +25,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import ConfigurationError
+from .middleware import HttpMiddleware
 
 ACTOR_KEY = "cronbase.actor"
 ENV_USER = "CRONBASE_DASHBOARD_USER"
@@ -141,17 +142,14 @@ def actor(connection: HTTPConnection) -> str:
     return str(connection.scope[ACTOR_KEY])
 
 
-class AuthMiddleware:
+class AuthMiddleware(HttpMiddleware):
     """Admit a request (and name its actor) or answer 401/403 before any page runs."""
 
     def __init__(self, app: ASGIApp, credentials: Credentials | None) -> None:
-        self.app = app
+        super().__init__(app)
         self.credentials = credentials
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         connection = HTTPConnection(scope)
         client = connection.client.host if connection.client else "unknown"
         refusal: Response | None = None

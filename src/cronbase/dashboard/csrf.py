@@ -23,6 +23,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .inputs import form
+from .middleware import HttpMiddleware
 
 COOKIE = "cronbase_csrf"
 FIELD = "csrf_token"
@@ -66,17 +67,14 @@ def token(connection: HTTPConnection) -> str:
     return str(connection.scope[TOKEN_KEY])
 
 
-class CsrfCookieMiddleware:
+class CsrfCookieMiddleware(HttpMiddleware):
     """Give every browser a signed token cookie, replacing a missing or foreign one."""
 
     def __init__(self, app: ASGIApp, tokens: CsrfTokens) -> None:
-        self.app = app
+        super().__init__(app)
         self.tokens = tokens
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         current = HTTPConnection(scope).cookies.get(COOKIE, "")
         if current and self.tokens.is_ours(current):
             scope[TOKEN_KEY] = current

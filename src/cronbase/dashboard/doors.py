@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigurationError
 from .auth import is_loopback_host
+from .middleware import HttpMiddleware
 
 # What a browser may read or send without changing anything; every other method needs an origin.
 SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -101,21 +102,25 @@ def origin_of(url: str) -> tuple[str, str, int] | None:
     return scheme, _address(host) or host, port or DEFAULT_PORTS[scheme]
 
 
-class DoorsMiddleware:
+# The headers that show where a request comes from, and what one from elsewhere is not.
+_SOURCE_HEADERS = (
+    ("origin", "is not this dashboard's own"),
+    ("referer", "is not a page of this dashboard"),
+)
+
+
+class DoorsMiddleware(HttpMiddleware):
     """Refuse, before authentication, a request for a host the dashboard is not served as (400),
     a POST from another origin (403), a NUL in the query (400) and an oversized body (413)."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
-        self.app = app
+        super().__init__(app)
         self.allowed_hosts = frozenset(allowed_host(h) for h in allowed_hosts)
 
     def is_allowed(self, name: str) -> bool:
         return is_loopback_host(name) or name in self.allowed_hosts
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
         refusal = self._host_refusal(headers) or self._query_refusal(scope)
         if refusal is None and scope["method"] not in SAFE_METHODS:
@@ -150,22 +155,16 @@ class DoorsMiddleware:
         scheme = str(scope.get("scheme") or "http")
         own = (scheme, host[0], host[1] or DEFAULT_PORTS.get(scheme, 80))
         shown_own = f"{scheme}://{headers['host']}"
-        origin = headers.get("origin")
-        if origin is not None:
-            if origin_of(origin) == own:
-                return None
-            return 403, (
-                f"cross-origin {scope['method']} refused: Origin {_shown(origin)} is not this "
-                f"dashboard's own ({shown_own})"
-            )
-        referer = headers.get("referer")
-        if referer is not None:
-            if origin_of(referer) == own:
-                return None
-            return 403, (
-                f"cross-origin {scope['method']} refused: Referer {_shown(referer)} is not a "
-                f"page of this dashboard ({shown_own})"
-            )
+        # The Origin header when the browser sends one, else the Referer.
+        for header, is_not in _SOURCE_HEADERS:
+            value = headers.get(header)
+            if value is not None:
+                if origin_of(value) == own:
+                    return None
+                return 403, (
+                    f"cross-origin {scope['method']} refused: {header.title()} {_shown(value)} "
+                    f"{is_not} ({shown_own})"
+                )
         return 403, (
             f"{scope['method']} refused: it has neither an Origin nor a Referer header to show "
             f"it comes from this dashboard's own pages ({shown_own})"

@@ -9,7 +9,7 @@ that comes from it, and then it is loaded already.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import psycopg
 
@@ -102,75 +102,85 @@ def _begun(connection: Connection) -> None:
         connection.begin()
 
 
+C = TypeVar("C", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+
+# By the side a defer is on (is_async): its name, what it accepts, its psycopg connection type.
+_SIDES = {
+    False: ("defer()", _SYNC_ACCEPTS, psycopg.Connection),
+    True: ("defer_async()", _ASYNC_ACCEPTS, psycopg.AsyncConnection),
+}
+
+
+def _sqlalchemy_types(is_async: bool) -> tuple[Any, Any, Any]:
+    """SQLAlchemy's session, connection and scoped-session types of one side (imported only
+    once an object from SQLAlchemy is seen: then it is loaded already)."""
+    if is_async:
+        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+
+        return AsyncSession, AsyncConnection, async_scoped_session
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session, scoped_session
+
+    return Session, Connection, scoped_session
+
+
+def _sqlalchemy_object(obj: object, is_async: bool) -> tuple[Any, bool]:
+    """``obj`` (not a psycopg connection of this side) as a SQLAlchemy Session (True) or
+    Connection (False) of this side on psycopg 3; ConnectionTypeError saying what is wrong."""
+    call, accepts, _ = _SIDES[is_async]
+    if isinstance(obj, _SIDES[not is_async][2]):
+        raise _wrong_call(obj, call, "sync" if is_async else "async")
+    module = _sqlalchemy_module(obj)
+    if module is None:
+        raise _refused(obj, call, accepts)
+    if module.startswith("sqlalchemy.ext.asyncio.") != is_async:
+        if isinstance(obj, _sqlalchemy_types(not is_async)):
+            raise _wrong_call(obj, call, "sync" if is_async else "async")
+        raise _refused(obj, call, accepts)
+    session, connection, scoped = _sqlalchemy_types(is_async)
+    found = obj() if isinstance(obj, scoped) else obj
+    if isinstance(found, session):
+        _check_driver(found, call, found.get_bind().dialect, is_async)
+        return found, True
+    if isinstance(found, connection):
+        dialect = found.sync_engine.dialect if is_async else found.dialect
+        _check_driver(found, call, dialect, is_async)
+        return found, False
+    raise _refused(found, call, accepts)
+
+
+def _driver(obj: object, driver: object, kind: type[C]) -> C:
+    """The psycopg connection under a SQLAlchemy one; refused when it is another driver's."""
+    if not isinstance(driver, kind):
+        call, accepts, _ = _SIDES[kind is psycopg.AsyncConnection]
+        raise _refused(obj, call, accepts)
+    return driver
+
+
 def sync_connection(obj: object) -> psycopg.Connection[Any]:
     """The psycopg connection to write on for ``defer()``'s ``connection=``."""
     if isinstance(obj, psycopg.Connection):
         return obj
-    if isinstance(obj, psycopg.AsyncConnection):
-        raise _wrong_call(obj, "defer()", "async")
-    module = _sqlalchemy_module(obj)
-    if module is None:
-        raise _refused(obj, "defer()", _SYNC_ACCEPTS)
-    if module.startswith("sqlalchemy.ext.asyncio."):
-        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
-
-        if isinstance(obj, AsyncSession | AsyncConnection | async_scoped_session):
-            raise _wrong_call(obj, "defer()", "async")
-        raise _refused(obj, "defer()", _SYNC_ACCEPTS)
-
-    from sqlalchemy.engine import Connection
-    from sqlalchemy.orm import Session, scoped_session
-
-    if isinstance(obj, scoped_session):
-        obj = obj()
-    if isinstance(obj, Session):
-        _check_driver(obj, "defer()", obj.get_bind().dialect, is_async=False)
+    found, is_session = _sqlalchemy_object(obj, is_async=False)
+    if is_session:
         # connection() joins the session's transaction, or begins it (and its Connection's).
-        connection = obj.connection()
-    elif isinstance(obj, Connection):
-        _check_driver(obj, "defer()", obj.dialect, is_async=False)
-        connection = obj
-        _begun(connection)
+        connection = found.connection()
     else:
-        raise _refused(obj, "defer()", _SYNC_ACCEPTS)
-    driver = connection.connection.driver_connection
-    if not isinstance(driver, psycopg.Connection):
-        raise _refused(obj, "defer()", _SYNC_ACCEPTS)
-    return driver
+        connection = found
+        _begun(connection)
+    return _driver(found, connection.connection.driver_connection, psycopg.Connection)
 
 
 async def async_connection(obj: object) -> psycopg.AsyncConnection[Any]:
     """The psycopg connection to write on for ``defer_async()``'s ``connection=``."""
     if isinstance(obj, psycopg.AsyncConnection):
         return obj
-    if isinstance(obj, psycopg.Connection):
-        raise _wrong_call(obj, "defer_async()", "sync")
-    module = _sqlalchemy_module(obj)
-    if module is None:
-        raise _refused(obj, "defer_async()", _ASYNC_ACCEPTS)
-    if not module.startswith("sqlalchemy.ext.asyncio."):
-        from sqlalchemy.engine import Connection
-        from sqlalchemy.orm import Session, scoped_session
-
-        if isinstance(obj, Session | Connection | scoped_session):
-            raise _wrong_call(obj, "defer_async()", "sync")
-        raise _refused(obj, "defer_async()", _ASYNC_ACCEPTS)
-
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
-
-    if isinstance(obj, async_scoped_session):
-        obj = obj()
-    if isinstance(obj, AsyncSession):
-        _check_driver(obj, "defer_async()", obj.get_bind().dialect, is_async=True)
-        connection = await obj.connection()
-    elif isinstance(obj, AsyncConnection):
-        _check_driver(obj, "defer_async()", obj.sync_engine.dialect, is_async=True)
-        connection = obj
+    found, is_session = _sqlalchemy_object(obj, is_async=True)
+    if is_session:
+        connection = await found.connection()
+    else:
+        connection = found
         if not connection.in_transaction():
             await connection.begin()  # as _begun: what its first execute would do
-    else:
-        raise _refused(obj, "defer_async()", _ASYNC_ACCEPTS)
-    driver = (await connection.get_raw_connection()).driver_connection
-    if not isinstance(driver, psycopg.AsyncConnection):
-        raise _refused(obj, "defer_async()", _ASYNC_ACCEPTS)
-    return driver
+    raw = await connection.get_raw_connection()
+    return _driver(found, raw.driver_connection, psycopg.AsyncConnection)

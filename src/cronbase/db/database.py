@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import psycopg
 from psycopg.rows import TupleRow, dict_row
@@ -50,6 +50,20 @@ def resolve_pooler(pooler: str | None) -> Pooler:
         if value == known:
             return known
     raise ConfigurationError(f"unknown pooler {value!r}; one of: {', '.join(POOLERS)}")
+
+
+class DatabaseOptions(TypedDict, total=False):
+    """:class:`Database`'s settings but its URL, typed once: ``App(database_url, **options)``
+    takes them and passes them on (their defaults and meaning: Database's)."""
+
+    schema: str
+    listen_url: str | None
+    pooler: str | None
+    pool_size: int
+    max_payload_bytes: int
+    json_dumps: JSONDumps | None
+    json_loads: JSONLoads | None
+    max_result_bytes: int
 
 
 class Database:

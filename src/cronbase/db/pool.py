@@ -8,7 +8,7 @@ import os
 import re
 import select
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -237,62 +237,71 @@ def _waiting(pool: ConnectionPool | AsyncConnectionPool) -> int:
     return pool.get_stats().get("requests_waiting", 0)
 
 
+def _retrying(pool: ConnectionPool | AsyncConnectionPool) -> bool:
+    """Say that the pool's reconnect gave up; whether callers still wait for a connection (their
+    timeout outlasts the reconnect's): then the pool tries again now, or they would wait out
+    their whole timeout although the server may be back meanwhile (a replica promoted a few
+    seconds after its primary died)."""
+    waiting = bool(_waiting(pool))
+    then = "retrying for waiting callers" if waiting else "the next request tries again"
+    logger.warning("pool %s: cannot reach the database yet; %s", pool.name, then)
+    return waiting
+
+
 def _gave_up(pool: ConnectionPool) -> None:
-    if _waiting(pool):
-        # Callers still wait (their timeout outlasts the reconnect's): try again now, or they
-        # wait out their whole timeout although the server may be back meanwhile (a replica
-        # promoted a few seconds after its primary died).
-        logger.warning(
-            "pool %s: cannot reach the database yet; retrying for waiting callers", pool.name
-        )
+    if _retrying(pool):
         pool.check()  # with no connection left, it grows the pool: a new round of attempts
-        return
-    logger.warning(
-        "pool %s: cannot reach the database yet; the next request tries again", pool.name
-    )
 
 
 async def _async_gave_up(pool: AsyncConnectionPool) -> None:
-    if _waiting(pool):
-        logger.warning(
-            "pool %s: cannot reach the database yet; retrying for waiting callers", pool.name
-        )
+    if _retrying(pool):
         await pool.check()
-        return
-    logger.warning(
-        "pool %s: cannot reach the database yet; the next request tries again", pool.name
-    )
 
 
 def new_pool(
     url: str, *, min_size: int, max_size: int, name: str, timeout: float, **options: Any
 ) -> ConnectionPool:
     """A sync pool, not yet open, of autocommit connections checked when taken."""
-    bare, kwargs = connection_kwargs(url, name, **options)
-    holder: list[ConnectionPool] = []
-    pool = ConnectionPool(
-        bare,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs=kwargs,
-        name=name,
-        open=False,
-        timeout=timeout,
-        check=_sync_check(holder),
-        reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
-        reconnect_failed=_gave_up,
+    return _new(
+        ConnectionPool, _sync_check, _gave_up, url, name, min_size, max_size, timeout, options
     )
-    holder.append(pool)
-    return pool
 
 
 def new_async_pool(
     url: str, *, min_size: int, max_size: int, name: str, timeout: float, **options: Any
 ) -> AsyncConnectionPool:
     """The async twin of :func:`new_pool`."""
+    return _new(
+        AsyncConnectionPool,
+        _async_check,
+        _async_gave_up,
+        url,
+        name,
+        min_size,
+        max_size,
+        timeout,
+        options,
+    )
+
+
+PoolT = TypeVar("PoolT", ConnectionPool, AsyncConnectionPool)
+
+
+def _new(
+    kind: type[PoolT],
+    check: Callable[[list[PoolT]], Any],
+    gave_up: Callable[[PoolT], Any],
+    url: str,
+    name: str,
+    min_size: int,
+    max_size: int,
+    timeout: float,
+    options: dict[str, Any],
+) -> PoolT:
     bare, kwargs = connection_kwargs(url, name, **options)
-    holder: list[AsyncConnectionPool] = []
-    pool = AsyncConnectionPool(
+    # The check needs the pool it checks (to drop its other connections): known once built.
+    holder: list[PoolT] = []
+    pool = kind(
         bare,
         min_size=min_size,
         max_size=max_size,
@@ -300,9 +309,9 @@ def new_async_pool(
         name=name,
         open=False,
         timeout=timeout,
-        check=_async_check(holder),
+        check=check(holder),
         reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
-        reconnect_failed=_async_gave_up,
+        reconnect_failed=gave_up,
     )
     holder.append(pool)
     return pool

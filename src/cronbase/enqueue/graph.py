@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ..db.queries import Queries
     from ..job import Payload
-    from .insert import JobOptions
+    from .options import JobOptions
 
 ON_PARENT_FAILURE = ("cancel", "run")
 

@@ -7,152 +7,32 @@ the caller's transaction and exists only if that transaction commits.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
+from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, check_key
 from ..db.connections import async_connection, sync_connection
-from ..errors import CronbaseError
-from ..flow import TaskFlow, render_key
+from ..errors import ConfigurationError, JobStateError, PayloadError
+from ..flow import render_key
 from ..job import Payload
 from ..payload.encode import JSONDumps
 from ..payload.encode import (
     encode_payload as encode_payload,  # re-exported: callers know it as client's
 )
 from .graph import Graph, Node, graph_params, inserted_ids, parents_missing
+from .options import JobOptions
 
 if TYPE_CHECKING:
     from ..db.database import Database
     from ..db.queries import Queries
 
-_INT4_MAX = 2**31 - 1  # max_attempts is an integer column
-# The table's jobs_lease_range constraint: a claim adds the lease to now().
-MAX_LEASE = timedelta(days=36500)
-
 # How often a keyed insert is retried when the conflicting row was committed after this
 # statement's snapshot, or finished between the conflict and the look-up.
 _UNIQUE_TRIES = 5
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """Everything about one job but its task and payload."""
-
-    queue: str = "default"
-    priority: int = 100
-    max_attempts: int = 20
-    lease: timedelta = timedelta(minutes=1)
-    run_at: datetime | None = None
-    delay: timedelta | None = None
-    idempotency_key: str | None = None
-    dedupe_key: str | None = None
-    on_duplicate: Literal["ignore", "replace"] = "ignore"
-    # The task's limits (flow.py) and this job's concurrency key, when configure gave one.
-    flow: TaskFlow | None = None
-    concurrency_key: str | None = None
-    # One job per task, key (unique_key, a template over the payload) and window of unique_for.
-    unique_for: timedelta | None = None
-    unique_key: str | None = None
-    # Existing jobs this one waits for (pending until they succeeded), and what their failure
-    # does to it (graph.py).
-    after: tuple[int, ...] = ()
-    on_parent_failure: Literal["cancel", "run"] = "cancel"
-
-    def check(self) -> None:
-        """Refuse, naming the bad value, an option the database would refuse or misread."""
-        check_name("queue", self.queue)
-        if not _is_int(self.priority):
-            raise CronbaseError(f"priority must be an integer, got {self.priority!r}")
-        if not -32768 <= self.priority <= 32767:
-            raise CronbaseError(f"priority must be within -32768..32767, got {self.priority}")
-        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= _INT4_MAX:
-            raise CronbaseError(
-                f"max_attempts must be an integer from 1 to {_INT4_MAX}, got {self.max_attempts!r}"
-            )
-        if not isinstance(self.lease, timedelta) or not timedelta(0) < self.lease <= MAX_LEASE:
-            raise CronbaseError(
-                f"lease must be a positive timedelta of at most 100 years, got {self.lease!r}"
-            )
-        if self.run_at is not None and self.delay is not None:
-            raise CronbaseError(
-                f"give run_at or delay, not both (run_at={self.run_at!r}, delay={self.delay!r})"
-            )
-        if self.run_at is not None:
-            if not isinstance(self.run_at, datetime):
-                raise CronbaseError(f"run_at must be a datetime, got {self.run_at!r}")
-            if self.run_at.utcoffset() is None:
-                raise CronbaseError(f"run_at must be timezone-aware, got naive {self.run_at!r}")
-        if self.delay is not None and (
-            not isinstance(self.delay, timedelta) or self.delay < timedelta(0)
-        ):
-            # A negative delay would put the job ahead of others due now: refuse it.
-            raise CronbaseError(f"delay must be a timedelta of zero or more, got {self.delay!r}")
-        for name, key in (
-            ("idempotency_key", self.idempotency_key),
-            ("dedupe_key", self.dedupe_key),
-            ("concurrency_key", self.concurrency_key),
-        ):
-            if key is not None:
-                check_key(name, key)
-        if self.on_duplicate not in ("ignore", "replace"):
-            raise CronbaseError(
-                f"on_duplicate must be 'ignore' or 'replace', got {self.on_duplicate!r}"
-            )
-        if self.on_duplicate == "replace" and (
-            self.dedupe_key is None or self.idempotency_key is not None
-        ):
-            raise CronbaseError("on_duplicate='replace' needs a dedupe_key and no idempotency_key")
-        if self.after and self.has_keys:
-            raise CronbaseError(
-                f"after={list(self.after)} cannot be combined with idempotency_key, dedupe_key or "
-                "unique_for: a job that waits for others is deferred as it is"
-            )
-        if self.on_duplicate == "replace" and self.unique_for is not None:
-            raise CronbaseError(
-                f"on_duplicate='replace' cannot be used with a unique_for task: the window's first "
-                f"job stays (unique_for={self.unique_for})"
-            )
-
-    @property
-    def has_keys(self) -> bool:
-        return (
-            self.idempotency_key is not None
-            or self.dedupe_key is not None
-            or self.unique_for is not None
-        )
-
-    @functools.cached_property
-    def insert_params(self) -> dict[str, Any]:
-        """The insert statements' parameters that come from the options, built once per options
-        object (a Task reuses its defaults' one); callers copy it, never change it."""
-        return {
-            "queue": self.queue,
-            "priority": self.priority,
-            "run_at": self.run_at,
-            "delay": self.delay or timedelta(0),
-            "max_attempts": self.max_attempts,
-            "lease": self.lease,
-            "metadata": None,
-            "flow_key": None,
-            "unique_prefix": None,
-            "unique_seconds": None,
-        }
-
-    def flow_key(self, payload: Payload) -> str | None:
-        """The job's limit scope (jobs.flow_key); None for an unlimited task."""
-        flow = self.flow
-        return None if flow is None else flow.scope(payload, self.concurrency_key)
 
 
 def encode_metadata(metadata: dict[str, Any]) -> str:
@@ -160,7 +40,7 @@ def encode_metadata(metadata: dict[str, Any]) -> str:
     try:
         return json.dumps(metadata, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise CronbaseError(f"job metadata cannot be stored as JSON: {exc}") from None
+        raise PayloadError(f"job metadata cannot be stored as JSON: {exc}") from None
 
 
 def build_insert(
@@ -207,12 +87,12 @@ def build_insert_many(
     dumps: JSONDumps | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     if opts.unique_for is not None:
-        raise CronbaseError(
+        raise ConfigurationError(
             f"task {task!r} is unique_for {opts.unique_for}: defer its jobs one by one (each "
             "defer returns the window's job when there is one), not with defer_many"
         )
     if opts.has_keys:
-        raise CronbaseError(
+        raise ConfigurationError(
             "defer_many takes no idempotency_key or dedupe_key (one key cannot fit many jobs); "
             "defer keyed jobs one by one"
         )
@@ -226,8 +106,8 @@ def build_insert_many(
     return q.insert_jobs, params
 
 
-def _keyed_miss(task: str, opts: JobOptions) -> CronbaseError:
-    return CronbaseError(
+def _keyed_miss(task: str, opts: JobOptions) -> JobStateError:
+    return JobStateError(
         f"could not insert or find the job for task {task!r} with idempotency_key="
         f"{opts.idempotency_key!r} dedupe_key={opts.dedupe_key!r} (concurrent changes)"
     )

@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..db.database import Row
+from ..records import Record
 
 if TYPE_CHECKING:
     from ..db.database import Database
 
 
 @dataclass(frozen=True)
-class AuditEntry:
+class AuditEntry(Record):
     id: int
     at: datetime
     actor: str
     action: str
     target: str
     detail: dict[str, Any]
-
-    @classmethod
-    def from_row(cls, row: Row) -> AuditEntry:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
 class Audit:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
+from ..db.steps import drive, drive_async
+
 if TYPE_CHECKING:
     from ..db.database import Database, Row
 
@@ -31,6 +33,9 @@ DEFAULT_ACTOR = "api"
 Step = tuple[bytes, Mapping[str, Any]]
 # What an action returns: its result, and the detail its audit row keeps.
 Action = Generator[Step, "list[Row]", tuple[T, dict[str, Any]]]
+# A statement the database refuses so (a constraint) is thrown into the action; it ran in a
+# savepoint, so the action may go on. Anything else ends the transaction.
+_THROWN = (psycopg.IntegrityError,)
 
 
 def audit_params(actor: str | None, action: str, target: str, detail: dict[str, Any]) -> Row:
@@ -49,20 +54,14 @@ def perform(db: Database, actor: str | None, action: str, target: str, steps: Ac
         conn.transaction(),
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    with conn.transaction():
-                        rows = cur.execute(*step).fetchall()
-                except psycopg.IntegrityError as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(rows)
-        except StopIteration as done:
-            result, detail = done.value
+
+        def run(step: Step) -> list[Row]:
+            with conn.transaction():
+                return cur.execute(*step).fetchall()
+
+        result, detail = drive(steps, run, _THROWN)
         cur.execute(db.queries.insert_audit, audit_params(actor, action, target, detail))
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 async def perform_async(
@@ -75,18 +74,12 @@ async def perform_async(
         conn.transaction(),
         conn.cursor(row_factory=dict_row) as cur,
     ):
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    async with conn.transaction():
-                        await cur.execute(*step)
-                        rows = await cur.fetchall()
-                except psycopg.IntegrityError as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(rows)
-        except StopIteration as done:
-            result, detail = done.value
+
+        async def run(step: Step) -> list[Row]:
+            async with conn.transaction():
+                await cur.execute(*step)
+                return await cur.fetchall()
+
+        result, detail = await drive_async(steps, run, _THROWN)
         await cur.execute(db.queries.insert_audit, audit_params(actor, action, target, detail))
-    return result  # type: ignore[no-any-return]
+    return result

@@ -1,16 +1,18 @@
 """The workers an operator sees (``cronbase workers``, the dashboard's /workers): who is alive,
-where, how busy, serving what, and which jobs are in their hands."""
+where, run by which supervisor, how busy, serving what, and which jobs are in their hands."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..records import Record
 from .stats import LIVE_WITHIN
 
 if TYPE_CHECKING:
-    from ..db.database import Database, Row
+    from ..db.database import Database
 
 # Jobs in a worker's hands listed per worker (busy counts all of them).
 JOBS_SHOWN = 20
@@ -28,10 +30,13 @@ class Overrun:
 
 
 @dataclass(frozen=True)
-class WorkerInfo:
+class WorkerInfo(Record):
     id: str
     hostname: str
     pid: int
+    # The supervisor that runs it (``cronbase worker --processes N``), as host:pid; None for a
+    # worker started on its own. Rows come grouped by host and supervisor (worker_overview).
+    supervisor: str | None
     # The queues it claims from (None: all) and the tasks it registers (None: older code, any).
     queues: list[str] | None
     concurrency: int
@@ -49,7 +54,7 @@ class WorkerInfo:
     overruns: list[Overrun] = field(default_factory=list)
 
     @classmethod
-    def from_row(cls, row: Row) -> WorkerInfo:
+    def from_row(cls, row: Mapping[str, Any]) -> WorkerInfo:
         values = {f.name: row[f.name] for f in fields(cls) if f.name not in ("jobs", "overruns")}
         since = row["heartbeat_age"] if row["alive"] else 0.0
         overruns = [
@@ -63,13 +68,16 @@ class WorkerInfo:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        out = super().to_json()
         out["jobs"] = [{"id": job_id, "task": task} for job_id, task in self.jobs]
         out["overruns"] = [asdict(o) for o in self.overruns]
         return out
+
+
+def group_key(worker: WorkerInfo) -> tuple[str, str | None]:
+    """What the front ends group workers by: the host, and the supervisor that runs them (None:
+    those started on their own)."""
+    return worker.hostname, worker.supervisor
 
 
 def _params() -> dict[str, Any]:
@@ -77,7 +85,8 @@ def _params() -> dict[str, Any]:
 
 
 def workers(db: Database) -> list[WorkerInfo]:
-    """Every registered worker, the live ones first."""
+    """Every registered worker, grouped by host and supervisor, groups with a live worker first
+    and, in each, the live ones first."""
     return [WorkerInfo.from_row(r) for r in db.fetch_all(db.queries.worker_overview, _params())]
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..errors import CronbaseError, JobNotFoundError, JobStateError
+from ..errors import CronbaseError, InvalidValueError, JobNotFoundError, JobStateError
 from ..job import GraphJob, Job, JobAttempt, JobGraph, JobStatus
 from . import search as views
 from .audited import Action, perform, perform_async
@@ -117,9 +117,9 @@ class Jobs:
                 status = JobStatus(status)
             except ValueError:
                 known = ", ".join(s.value for s in JobStatus)
-                raise CronbaseError(f"unknown status {status!r}; one of: {known}") from None
+                raise InvalidValueError(f"unknown status {status!r}; one of: {known}") from None
         if limit < 1:
-            raise CronbaseError(f"limit must be at least 1, got {limit}")
+            raise InvalidValueError(f"limit must be at least 1, got {limit}")
         return {
             "status": status.value if status else None,
             "queue": queue,

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..durations import DurationLike, duration, optional_duration
-from ..errors import CronbaseError
+from ..errors import InvalidValueError
 from ..job import JobStatus
 from .audited import Action, perform
 
@@ -84,7 +84,7 @@ def check_statuses(statuses: list[str]) -> list[str]:
     allowed = [s.value for s in PRUNABLE]
     bad = [s for s in statuses if s not in allowed]
     if bad or not statuses:
-        raise CronbaseError(
+        raise InvalidValueError(
             f"cannot prune jobs in status {', '.join(map(repr, bad)) or '(none given)'}; "
             f"prunable: {', '.join(allowed)}"
         )
@@ -110,7 +110,7 @@ def prune(
     the audit row (``jobs.prune``) with the total."""
     check_statuses(statuses)
     if older_than < timedelta(0):
-        raise CronbaseError(f"older_than must not be negative, got {older_than}")
+        raise InvalidValueError(f"older_than must not be negative, got {older_than}")
     removed = 0
     for status in statuses:
         params = {"key": lock_key(db.schema), "wait": True, "status": status}

@@ -10,13 +10,19 @@ import builtins
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from ..enqueue.insert import JobOptions, build_insert
+from ..enqueue.insert import build_insert
+from ..enqueue.options import JobOptions
 from ..errors import ScheduleError
-from ..job import Payload
 from ..schedule.cron import Cron
-from ..schedule.scheduler import Schedule, ScheduleSpec, scheduled_payload, upsert_params
+from ..schedule.scheduler import (
+    Schedule,
+    ScheduleOptions,
+    ScheduleSpec,
+    scheduled_payload,
+    upsert_params,
+)
 from ..task import find_task
 from .audited import Action, perform, perform_async
 
@@ -38,8 +44,8 @@ class Schedules:
         self.db = db
         self.tasks = tasks  # the app's registry: a schedule names a registered task
 
-    def _spec(self, task: str, **options: Any) -> ScheduleSpec:
-        return ScheduleSpec.build(find_task(self.tasks, task), **options)
+    def _spec(self, task: str, cron: str, options: ScheduleOptions) -> ScheduleSpec:
+        return ScheduleSpec.build(find_task(self.tasks, task), cron=cron, **options)
 
     def _now(self) -> datetime:
         row = self.db.fetch_one(self.db.queries.database_now)
@@ -51,46 +57,21 @@ class Schedules:
         assert row is not None
         return row["now"]  # type: ignore[no-any-return]
 
-    def add(
-        self,
-        task: str,
-        *,
-        cron: str,
-        tz: str = "UTC",
-        payload: Payload | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        catch_up: str = "latest",
-        max_catch_up: int = 100,
-    ) -> Schedule:
-        """Create (or redefine) a schedule kept in the database until removed.
+    def add(self, task: str, *, cron: str, **options: Unpack[ScheduleOptions]) -> Schedule:
+        """Create (or redefine) a schedule kept in the database until removed (``options``:
+        :class:`~cronbase.schedule.scheduler.ScheduleOptions`).
 
         >>> app.schedules.add("send_weekly_report", cron="0 8 * * MON",  # doctest: +SKIP
         ...                   tz="America/New_York", payload={"user_id": 12345}, key="weekly:12345")
         """
-        spec = self._spec(
-            task, cron=cron, tz=tz, key=key, payload=payload, queue=queue, catch_up=catch_up,
-            max_catch_up=max_catch_up,
-        )  # fmt: skip
+        spec = self._spec(task, cron, options)
         row = self.db.fetch_one(self.db.queries.upsert_schedule, upsert_params(spec, self._now()))
         return _found(row, spec.key)
 
     async def add_async(
-        self,
-        task: str,
-        *,
-        cron: str,
-        tz: str = "UTC",
-        payload: Payload | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        catch_up: str = "latest",
-        max_catch_up: int = 100,
+        self, task: str, *, cron: str, **options: Unpack[ScheduleOptions]
     ) -> Schedule:
-        spec = self._spec(
-            task, cron=cron, tz=tz, key=key, payload=payload, queue=queue, catch_up=catch_up,
-            max_catch_up=max_catch_up,
-        )  # fmt: skip
+        spec = self._spec(task, cron, options)
         params = upsert_params(spec, await self._now_async())
         return _found(
             await self.db.fetch_one_async(self.db.queries.upsert_schedule, params), spec.key

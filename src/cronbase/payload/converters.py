@@ -32,47 +32,31 @@ NONE = type(None)
 # -- JSON's own types: checked, never converted --------------------------------------------------
 
 
-def _int(value: Any) -> Any:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise _BadValue(f"is {short(value)}, not an int")
+def _of_type(kinds: type | tuple[type, ...], what: str, *, bool_too: bool = True) -> Converter:
+    """The check of one of JSON's own types: the value itself when it is one (or None)."""
+
+    def check(value: Any) -> Any:
+        if value is None or (isinstance(value, kinds) and (bool_too or type(value) is not bool)):
+            return value
+        raise _BadValue(f"is {short(value)}, not {what}")
+
+    return check
 
 
-def _float(value: Any) -> Any:
-    # An int is a float's value too (JSON writes 2.0 as 2 in some encoders); a bool is not.
-    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-        return value
-    raise _BadValue(f"is {short(value)}, not a number")
-
-
-def _str(value: Any) -> Any:
-    if value is None or isinstance(value, str):
-        return value
-    raise _BadValue(f"is {short(value)}, not a string")
-
-
-def _bool(value: Any) -> Any:
-    if value is None or isinstance(value, bool):
-        return value
-    raise _BadValue(f"is {short(value)}, not a bool (true or false)")
+# A bool is an int to Python, never to JSON. An int is a float's value too (JSON writes 2.0 as 2
+# in some encoders).
+_int = _of_type(int, "an int", bool_too=False)
+_float = _of_type((int, float), "a number", bool_too=False)
+_str = _of_type(str, "a string")
+_bool = _of_type(bool, "a bool (true or false)")
+_list = _of_type((list, tuple), "a list")
+_dict = _of_type(dict, "an object")
 
 
 def _none(value: Any) -> Any:
     if value is None:
         return value
     raise _BadValue(f"is {short(value)}, not None (null)")
-
-
-def _list(value: Any) -> Any:
-    if value is None or isinstance(value, list | tuple):
-        return value
-    raise _BadValue(f"is {short(value)}, not a list")
-
-
-def _dict(value: Any) -> Any:
-    if value is None or isinstance(value, dict):
-        return value
-    raise _BadValue(f"is {short(value)}, not an object")
 
 
 # The checks of JSON's own types, and the exact types each passes without a call (convert.py's

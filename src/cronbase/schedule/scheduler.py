@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import psycopg
 from psycopg.rows import dict_row
 
 from ..checks import INT4_MAX, check_key, check_name
 from ..durations import DurationLike, duration
-from ..enqueue.insert import JobOptions, build_insert, encode_payload
+from ..enqueue.insert import build_insert, encode_payload
+from ..enqueue.options import JobOptions
 from ..errors import ScheduleError
 from ..job import Payload
+from ..records import Record
 from ..task import SCHEDULED_AT, find_task
 from .cron import Cron, describe
 
@@ -43,6 +45,18 @@ DUE_BATCH = 100
 # long in the transaction (a tick's statements come milliseconds apart), and rolls it back.
 # Local to each transaction, so through a transaction pooler too.
 IDLE_LIMIT = {"milliseconds": "10000"}
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """What a schedule takes besides its task and cron expression, typed once for
+    ``app.schedules.add`` and ``@app.periodic``; defaults and checks: :meth:`ScheduleSpec.build`."""
+
+    tz: str  # the expression's IANA time zone
+    key: str | None  # the schedule's name (None: the task's)
+    payload: Payload | None  # the task's arguments (each job also gets its slot, scheduled_at)
+    queue: str | None  # its jobs' queue (None: the task's)
+    catch_up: str  # after an outage: run the "latest" missed slot, "all" of them, or "none"
+    max_catch_up: int  # with catch_up="all": at most this many
 
 
 @dataclass(frozen=True)
@@ -111,7 +125,7 @@ OVERDUE_AFTER = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Record):
     """A snapshot of one row of cronbase.schedules."""
 
     key: str
@@ -128,17 +142,6 @@ class Schedule:
     next_fire_at: datetime
     created_at: datetime
     updated_at: datetime
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Schedule:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            f.name: v.isoformat() if isinstance(v, datetime) else v
-            for f in fields(self)
-            for v in [getattr(self, f.name)]
-        }
 
     @property
     def described(self) -> str:

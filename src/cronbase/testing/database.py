@@ -72,6 +72,17 @@ def _test_database(app: App, url: str, schema: str) -> Database:
 
 
 @contextlib.contextmanager
+def _swapped(app: App, db: Database) -> Iterator[App]:
+    """``app`` (its tasks and services) on ``db`` inside the block; its own database back after
+    (the caller closes ``db``, once the App has left it)."""
+    old = app._swap_database(db)
+    try:
+        yield app
+    finally:
+        app._swap_database(old)
+
+
+@contextlib.contextmanager
 def use_database(app: App, url: str, schema: str = "cronbase") -> Iterator[App]:
     """Point ``app`` (its tasks, ``app.jobs``...) at ``schema`` on ``url`` inside the block;
     its own database comes back after, untouched. The schema must be migrated.
@@ -83,21 +94,14 @@ def use_database(app: App, url: str, schema: str = "cronbase") -> Iterator[App]:
     belongs to that event loop: use :func:`use_database_async` in async code to close it too.
     """
     db = _test_database(app, url, schema)
-    old = app._swap_database(db)
-    try:
+    with contextlib.closing(db), _swapped(app, db):
         yield app
-    finally:
-        app._swap_database(old)
-        db.close()
 
 
 @contextlib.asynccontextmanager
 async def use_database_async(app: App, url: str, schema: str = "cronbase") -> AsyncIterator[App]:
     """The async twin of :func:`use_database`: closes the async pool as well."""
     db = _test_database(app, url, schema)
-    old = app._swap_database(db)
-    try:
-        yield app
-    finally:
-        app._swap_database(old)
-        await db.aclose()
+    async with contextlib.aclosing(db):
+        with _swapped(app, db):
+            yield app

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CronbaseError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..app import App
@@ -73,7 +73,7 @@ def drain(app: App, *, queues: list[str] | None = None) -> Drained:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(drain_async(app, queues=queues))
-    raise CronbaseError(
+    raise UsageError(
         "drain() was called with an event loop running in this thread; "
         "use `await cronbase.testing.drain_async(app)` in async code"
     )

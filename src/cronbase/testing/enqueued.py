@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CronbaseError, PayloadError
+from ..errors import InvalidValueError, PayloadError
 from ..job import Job, JobStatus, JSONValue, Payload
 from ..payload.encode import encode_payload
 
@@ -188,7 +188,7 @@ def _statuses(status: StatusFilter) -> frozenset[JobStatus] | None:
         return frozenset(JobStatus(s) for s in given)
     except ValueError:
         known = ", ".join(s.value for s in JobStatus)
-        raise CronbaseError(
+        raise InvalidValueError(
             f"unknown status {status!r}; give 'waiting', 'any', or some of: {known}"
         ) from None
 

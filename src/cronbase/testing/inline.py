@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..context import JobContext, set_current
 from ..enqueue.insert import encode_metadata
-from ..errors import Cancel, CronbaseError, Snooze, WorkflowError
+from ..errors import Cancel, CronbaseError, Snooze, UsageError, WorkflowError
 from ..hooks import DeferCall
 from ..job import JobStatus, JSONValue, Payload, next_state
 from ..logs import install_job_context
@@ -35,7 +35,7 @@ from .roundtrip import through_json
 if TYPE_CHECKING:
     from ..app import App
     from ..enqueue.graph import Graph, Node
-    from ..enqueue.insert import JobOptions
+    from ..enqueue.options import JobOptions
     from ..task import Task
 
 
@@ -197,12 +197,11 @@ class InlineRun:
     ) -> list[int]:
         __tracebackhide__ = True  # pytest shows the test and the handler, not these frames
         if task.is_async and _loop_running():
-            raise CronbaseError(
+            raise UsageError(
                 f"task {task.name!r} is async and an event loop is running in this thread: "
                 f"in inline mode use `await {task.name}.defer_async(...)` (or defer_many_async)"
             )
-        self._check_parents(options)
-        accepted = self._waiting(options, self._accept(task, options, payloads))
+        accepted = self._accepted(task, options, payloads)
         for job, kwargs in accepted:
             if kwargs is not None:
                 self._run(task, job, kwargs)
@@ -212,12 +211,19 @@ class InlineRun:
         self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
     ) -> list[int]:
         __tracebackhide__ = True
-        self._check_parents(options)
-        accepted = self._waiting(options, self._accept(task, options, payloads))
+        accepted = self._accepted(task, options, payloads)
         for job, kwargs in accepted:
             if kwargs is not None:
                 await self._run_async(task, job, kwargs)
         return [job.id for job, _ in accepted]
+
+    def _accepted(
+        self, task: Task[Any, Any], options: JobOptions, payloads: list[Payload]
+    ) -> list[tuple[InlineJob, dict[str, Any] | None]]:
+        """What the insert would do: refuse unknown parents, record the jobs, and hold back
+        those whose parents have not all succeeded (kwargs None: not to run now)."""
+        self._check_parents(options)
+        return self._waiting(options, self._accept(task, options, payloads))
 
     def _check_parents(self, options: JobOptions) -> None:
         known = {job.id for job in self.jobs}
@@ -247,9 +253,7 @@ class InlineRun:
         its parents succeeded, with their results; the workflow's id, as insert_graph's."""
         __tracebackhide__ = True
         ids: list[int] = []
-        for ord_, (node, task) in enumerate(zip(graph.nodes, tasks, strict=True), 1):
-            job, kwargs = self._graph_node(graph, ord_, node, task, ids)
-            ids.append(job.id)
+        for task, job, kwargs in self._graph_jobs(graph, tasks, ids):
             if kwargs is not None:
                 self._run(task, job, kwargs)
         return ids[(graph.workflow or 1) - 1]
@@ -257,12 +261,22 @@ class InlineRun:
     async def defer_graph_async(self, graph: Graph, tasks: list[Task[Any, Any]]) -> int:
         __tracebackhide__ = True
         ids: list[int] = []
-        for ord_, (node, task) in enumerate(zip(graph.nodes, tasks, strict=True), 1):
-            job, kwargs = self._graph_node(graph, ord_, node, task, ids)
-            ids.append(job.id)
+        for task, job, kwargs in self._graph_jobs(graph, tasks, ids):
             if kwargs is not None:
                 await self._run_async(task, job, kwargs)
         return ids[(graph.workflow or 1) - 1]
+
+    def _graph_jobs(
+        self, graph: Graph, tasks: list[Task[Any, Any]], ids: list[int]
+    ) -> Iterator[tuple[Task[Any, Any], InlineJob, dict[str, Any] | None]]:
+        """The graph's jobs recorded one by one in graph order, their ids added to ``ids``; each
+        is given to the caller to run (kwargs) or not (None) before the next is recorded, whose
+        payload may hold its result."""
+        __tracebackhide__ = True
+        for ord_, (node, task) in enumerate(zip(graph.nodes, tasks, strict=True), 1):
+            job, kwargs = self._graph_node(graph, ord_, node, task, ids)
+            ids.append(job.id)
+            yield task, job, kwargs
 
     def _graph_node(
         self, graph: Graph, ord_: int, node: Node, task: Task[Any, Any], ids: list[int]
@@ -372,23 +386,18 @@ class InlineRun:
         self, task: Task[Any, Any], job: InlineJob, kwargs: dict[str, Any]
     ) -> Exception | None:
         __tracebackhide__ = True
-        context = self._start(task, job)
-        started = time.monotonic()
+        context, started = self._start(task, job)
         try:
             job.result = task.hooks.call(context, task.func, kwargs)
-        except Suspend as suspended:
-            self._suspended(task, job, kwargs, context, suspended, started)
-            return None
-        except Exception as exc:
-            return self._end(task, job, context, exc, started)
+        except (Suspend, Exception) as exc:
+            return self._raised(task, job, kwargs, context, exc, started)
         return self._end(task, job, context, None, started)
 
     async def _attempt_async(
         self, task: Task[Any, Any], job: InlineJob, kwargs: dict[str, Any]
     ) -> Exception | None:
         __tracebackhide__ = True
-        context = self._start(task, job)
-        started = time.monotonic()
+        context, started = self._start(task, job)
         try:
             if task.is_async:
                 job.result = await task.hooks.call_async(context, task.func, kwargs)
@@ -396,31 +405,33 @@ class InlineRun:
                 # As the worker does: a sync handler runs in a thread (to_thread copies the
                 # context, so current_job() works there), never blocking the caller's loop.
                 job.result = await asyncio.to_thread(task.hooks.call, context, task.func, kwargs)
-        except Suspend as suspended:
-            self._suspended(task, job, kwargs, context, suspended, started)
-            return None
-        except Exception as exc:
-            return self._end(task, job, context, exc, started)
+        except (Suspend, Exception) as exc:
+            return self._raised(task, job, kwargs, context, exc, started)
         return self._end(task, job, context, None, started)
 
-    def _suspended(
+    def _raised(
         self,
         task: Task[Any, Any],
         job: InlineJob,
         kwargs: dict[str, Any],
         context: InlineJobContext,
-        suspended: Suspend,
+        exc: Suspend | Exception,
         started: float,
-    ) -> None:
-        """wait_for an event not emitted yet: queued, the attempt not counted, run again by
-        the emit (inline sleeps never suspend)."""
+    ) -> Exception | None:
+        """The handler raised: the attempt ended (_end), or it waits for an event not emitted
+        yet (wait_for): queued, the attempt not counted, run again by the emit (inline sleeps
+        never suspend)."""
+        __tracebackhide__ = True
+        if not isinstance(exc, Suspend):
+            return self._end(task, job, context, exc, started)
         job.status, job.attempts, job.snoozes = next_state(
             "suspended", attempts=job.attempts, max_attempts=job.max_attempts, snoozes=job.snoozes
         )
-        job.waiting_for = suspended.waiting_for
+        job.waiting_for = exc.waiting_for
         job._rerun = (task, kwargs)
         duration = timedelta(seconds=time.monotonic() - started)
         task.hooks.ended(context, "suspended", None, duration)
+        return None
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -453,7 +464,8 @@ class InlineRun:
             if job.waiting_for == key and job._rerun is not None
         ]
 
-    def _start(self, task: Task[Any, Any], job: InlineJob) -> InlineJobContext:
+    def _start(self, task: Task[Any, Any], job: InlineJob) -> tuple[InlineJobContext, float]:
+        """The attempt begun: its context, and when it started (time.monotonic())."""
         job.attempts += 1
         job.status = JobStatus.RUNNING
         job.result = None
@@ -470,7 +482,7 @@ class InlineRun:
         job.waiting_for = None
         set_current(context)
         task.hooks.started(context)
-        return context
+        return context, time.monotonic()
 
     def _end(
         self,

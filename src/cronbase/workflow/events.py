@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import check_key
 from ..db.connections import async_connection, sync_connection
-from ..errors import CronbaseError
+from ..errors import EventError
 from ..payload.encode import encode_value
 
 if TYPE_CHECKING:
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from ..db.connections import CallerConnection
     from ..db.database import Database
     from ..hooks import Hooks
-
-
-class EventError(CronbaseError, ValueError):
-    """An event that cannot be emitted: a bad key, or a payload that is not JSON."""
 
 
 def _params(db: Database, key: str, payload: Any) -> dict[str, Any]:

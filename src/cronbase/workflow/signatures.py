@@ -31,7 +31,7 @@ from ..errors import WorkflowError
 if TYPE_CHECKING:
     from ..db.connections import CallerConnection
     from ..db.database import Database
-    from ..enqueue.insert import JobOptions
+    from ..enqueue.options import JobOptions
     from ..task import Task
 
 PREVIOUS = "previous"

@@ -64,8 +64,20 @@ def _ago(moment: datetime | None) -> str:
     return format_html('<span title="{}">{}</span>', moment.isoformat(), words)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[misc]  # django has no type hints here
-    """cronbase's rows are the library's to change: no add, change or delete here."""
+def _ago_column(field: str, description: str) -> Any:
+    """A list column (an admin method) showing the time in ``field`` as :func:`_ago` does, sorted
+    by that field."""
+
+    @admin.display(description=description, ordering=field)
+    def shown(model_admin: admin.ModelAdmin, row: Any) -> str:
+        return _ago(getattr(row, field))
+
+    return shown
+
+
+class ReadOnly:
+    """cronbase's rows are the library's to change: no add, change or delete here; read on
+    settings.CRONBASE's database alias. For the admins and the inline alike."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -78,10 +90,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[misc]  # django has no ty
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         alias = configured()[0].alias
-        return super().get_queryset(request).using(alias)
+        return super().get_queryset(request).using(alias)  # type: ignore[misc]
 
 
-class AttemptInline(admin.TabularInline):  # type: ignore[misc]
+class ReadOnlyAdmin(ReadOnly, admin.ModelAdmin):  # type: ignore[misc]  # django has no type hints
+    """The base of cronbase's model admins."""
+
+
+class AttemptInline(ReadOnly, admin.TabularInline):  # type: ignore[misc]
     model = JobAttempt
     extra = 0
     can_delete = False
@@ -90,15 +106,6 @@ class AttemptInline(admin.TabularInline):  # type: ignore[misc]
     verbose_name_plural = (
         "attempts (failed, lost, released, cancelled, snoozed; a success is the job's own row)"
     )
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return super().get_queryset(request).using(configured()[0].alias)
 
     @admin.display(description="error")
     def error_shown(self, attempt: JobAttempt) -> str:
@@ -153,30 +160,8 @@ class JobAdmin(ReadOnlyAdmin):
         ("Last error", {"fields": ("error_type", "last_error")}),
         ("Keys", {"fields": ("idempotency_key", "dedupe_key", "workflow_id")}),
     )
-    readonly_fields = (
-        "id",
-        "task",
-        "queue",
-        "status_badge",
-        "priority",
-        "stage_shown",
-        "payload_shown",
-        "result_shown",
-        "attempts_shown",
-        "run_at",
-        "created_at",
-        "started_at",
-        "finished_at",
-        "locked_by",
-        "locked_until",
-        "lease",
-        "snoozes",
-        "error_type",
-        "last_error",
-        "idempotency_key",
-        "dedupe_key",
-        "workflow_id",
-    )
+    # Every field the page shows, and none of them editable.
+    readonly_fields = tuple(name for _, section in fieldsets for name in section["fields"])
     change_form_template = "admin/cronbase/job/change_form.html"
 
     def lookup_allowed(self, lookup: str, value: str, request: Any = None) -> bool:
@@ -212,17 +197,9 @@ class JobAdmin(ReadOnlyAdmin):
     def attempts_shown(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
-    @admin.display(description="run at", ordering="run_at")
-    def run_at_shown(self, job: Job) -> str:
-        return _ago(job.run_at)
-
-    @admin.display(description="enqueued", ordering="created_at")
-    def enqueued_shown(self, job: Job) -> str:
-        return _ago(job.created_at)
-
-    @admin.display(description="finished", ordering="finished_at")
-    def finished_shown(self, job: Job) -> str:
-        return _ago(job.finished_at)
+    run_at_shown = _ago_column("run_at", "run at")
+    enqueued_shown = _ago_column("created_at", "enqueued")
+    finished_shown = _ago_column("finished_at", "finished")
 
     @admin.display(description="payload")
     def payload_preview(self, job: Job) -> str:
@@ -346,13 +323,8 @@ class ScheduleAdmin(ReadOnlyAdmin):
         except Exception:  # a row written by other code may hold anything: show it as it is
             return "-"
 
-    @admin.display(description="next fire", ordering="next_fire_at")
-    def next_shown(self, schedule: Schedule) -> str:
-        return _ago(schedule.next_fire_at)
-
-    @admin.display(description="last fired", ordering="last_fired_at")
-    def last_shown(self, schedule: Schedule) -> str:
-        return _ago(schedule.last_fired_at)
+    next_shown = _ago_column("next_fire_at", "next fire")
+    last_shown = _ago_column("last_fired_at", "last fired")
 
 
 class WorkerAdmin(ReadOnlyAdmin):
@@ -378,13 +350,8 @@ class WorkerAdmin(ReadOnlyAdmin):
     def queues_shown(self, worker: Worker) -> str:
         return ", ".join(worker.queues or []) or "all"
 
-    @admin.display(description="last heartbeat", ordering="last_seen_at")
-    def heartbeat(self, worker: Worker) -> str:
-        return _ago(worker.last_seen_at)
-
-    @admin.display(description="started", ordering="started_at")
-    def started_shown(self, worker: Worker) -> str:
-        return _ago(worker.started_at)
+    heartbeat = _ago_column("last_seen_at", "last heartbeat")
+    started_shown = _ago_column("started_at", "started")
 
     @admin.display(description="jobs in hand")
     def jobs_in_hand(self, worker: Worker) -> str:

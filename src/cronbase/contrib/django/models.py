@@ -26,7 +26,19 @@ class TextArray(models.Field):  # type: ignore[misc]
         return "text[]"
 
 
-class Job(models.Model):  # type: ignore[misc]  # django has no type hints here
+class CronbaseTable(models.Model):  # type: ignore[misc]  # django has no type hints here
+    """One of cronbase's tables: read here, never created or changed (``managed = False``); a row
+    is shown as its model's name and its key unless the model says better."""
+
+    class Meta:
+        abstract = True
+        managed = False
+
+    def __str__(self) -> str:
+        return f"{self._meta.verbose_name} {self.pk}"
+
+
+class Job(CronbaseTable):
     id = models.BigAutoField(primary_key=True)
     task = models.TextField()
     queue = models.TextField()
@@ -53,8 +65,7 @@ class Job(models.Model):  # type: ignore[misc]  # django has no type hints here
     snoozes = models.IntegerField()
     workflow_id = models.BigIntegerField("workflow", null=True)
 
-    class Meta:
-        managed = False
+    class Meta(CronbaseTable.Meta):
         # Live and finished jobs (a view over jobs and jobs_history, migration 0015).
         db_table = '"cronbase"."jobs_all"'
         ordering: ClassVar[list[str]] = ["-id"]
@@ -66,7 +77,7 @@ class Job(models.Model):  # type: ignore[misc]  # django has no type hints here
         return f"job {self.id} {self.task}"
 
 
-class JobAttempt(models.Model):  # type: ignore[misc]
+class JobAttempt(CronbaseTable):
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(
         Job, on_delete=models.DO_NOTHING, db_constraint=False, related_name="attempt_rows"
@@ -80,8 +91,7 @@ class JobAttempt(models.Model):  # type: ignore[misc]
     error_type = models.TextField("error type", null=True)
     traceback = models.TextField(null=True)
 
-    class Meta:
-        managed = False
+    class Meta(CronbaseTable.Meta):
         db_table = '"cronbase"."job_attempts_all"'
         ordering: ClassVar[list[str]] = ["attempt", "finished_at"]
         verbose_name = "attempt"
@@ -90,7 +100,7 @@ class JobAttempt(models.Model):  # type: ignore[misc]
         return f"attempt {self.attempt} of job {self.job_id}"
 
 
-class Schedule(models.Model):  # type: ignore[misc]
+class Schedule(CronbaseTable):
     key = models.TextField(primary_key=True)
     task = models.TextField()
     payload = models.JSONField()
@@ -106,16 +116,12 @@ class Schedule(models.Model):  # type: ignore[misc]
     created_at = models.DateTimeField("created")
     updated_at = models.DateTimeField("updated")
 
-    class Meta:
-        managed = False
+    class Meta(CronbaseTable.Meta):
         db_table = '"cronbase"."schedules"'
         ordering: ClassVar[list[str]] = ["key"]
 
-    def __str__(self) -> str:
-        return f"schedule {self.key}"
 
-
-class Worker(models.Model):  # type: ignore[misc]
+class Worker(CronbaseTable):
     id = models.TextField(primary_key=True)
     hostname = models.TextField()
     pid = models.IntegerField()
@@ -125,16 +131,12 @@ class Worker(models.Model):  # type: ignore[misc]
     started_at = models.DateTimeField("started")
     last_seen_at = models.DateTimeField("last heartbeat")
 
-    class Meta:
-        managed = False
+    class Meta(CronbaseTable.Meta):
         db_table = '"cronbase"."workers"'
         ordering: ClassVar[list[str]] = ["-last_seen_at"]
 
-    def __str__(self) -> str:
-        return f"worker {self.id}"
 
-
-class AuditEntry(models.Model):  # type: ignore[misc]
+class AuditEntry(CronbaseTable):
     id = models.BigAutoField(primary_key=True)
     at = models.DateTimeField()
     actor = models.TextField()
@@ -142,8 +144,7 @@ class AuditEntry(models.Model):  # type: ignore[misc]
     target = models.TextField()
     detail = models.JSONField()
 
-    class Meta:
-        managed = False
+    class Meta(CronbaseTable.Meta):
         db_table = '"cronbase"."audit_log"'
         ordering: ClassVar[list[str]] = ["-id"]
         verbose_name = "audit entry"

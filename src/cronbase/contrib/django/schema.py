@@ -4,10 +4,10 @@ the end of ``migrate`` when those Django migrations are turned off (as tests oft
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
-from django.db import connections
+from django.db import connections, migrations
 from django.db.migrations.loader import MigrationLoader
 
 from ...db.migrate import apply_migrations
@@ -52,3 +52,15 @@ def ensure_schema(wrapper: Any) -> None:
     # Outside a transaction (this migration is not atomic): Django's connection, in autocommit
     # as Django keeps it between transactions.
     apply_migrations(wrapper.connection, app.schema)
+
+
+class SchemaMigration(migrations.Migration):  # type: ignore[misc]  # django has no type hints here
+    """What each of cronbase's Django migrations is (each names its CRONBASE_VERSION and the one
+    before it): apply_schema, which brings the schema to the newest version this cronbase has."""
+
+    # Not in Django's transaction: cronbase's runner commits each of its migrations itself,
+    # under its advisory lock, as `cronbase migrate` does.
+    atomic = False
+    operations: ClassVar[list[object]] = [
+        migrations.RunPython(apply_schema, migrations.RunPython.noop, elidable=False),
+    ]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from traceback import format_exception
@@ -303,32 +304,69 @@ def _running_result(backend: CronbaseBackend, task: Any, job_id: int) -> Any:
     return build_result(task, jobs.get(job_id), jobs.attempts(job_id), backend.alias)
 
 
-def _run(path: str, payload: dict[str, Any]) -> Any:
-    entry = _registered[path]
-    task = entry.django
-    args, kwargs = from_payload(task.func, task.takes_context, payload)
-    backend = task.get_backend()
-    sender = type(backend)
-    job = current_job()
-    result = _running_result(backend, task, job.id)
-    api.task_started.send(sender=sender, task_result=result)
+@dataclass(frozen=True)
+class _Attempt:
+    """One run of a Django task in its cronbase job: what the sync and the async runner share."""
+
+    entry: _Registered
+    args: list[Any]
+    kwargs: dict[str, Any]
+    backend: CronbaseBackend
+    job: JobContext
+
+    @classmethod
+    def start(cls, path: str, payload: dict[str, Any]) -> _Attempt:
+        entry = _registered[path]
+        task = entry.django
+        args, kwargs = from_payload(task.func, task.takes_context, payload)
+        return cls(entry, args, kwargs, task.get_backend(), current_job())
+
+    @property
+    def task(self) -> Any:
+        return self.entry.django
+
+    @property
+    def sender(self) -> type:
+        return type(self.backend)
+
+    def arguments(self, result: Any) -> list[Any]:
+        """The function's positional arguments: its TaskContext first when it takes one."""
+        if self.task.takes_context:
+            return [api.TaskContext(task_result=result), *self.args]
+        return self.args
+
+    def failed(self, result: Any, exc: Exception) -> Any | None:
+        """The finished result ``task_finished`` announces when ``exc`` ends the task; None when
+        the job will run again."""
+        if not _ends_task(self.entry.cronbase, self.job, exc):
+            return None
+        return finished(result, at=timezone.now(), error=_error(exc))
+
+
+@contextmanager
+def _exit_as_error() -> Iterator[None]:
+    """A SystemExit out of the task becomes SystemExitError: a failure the worker records."""
     try:
-        try:
-            if task.takes_context:
-                value = task.func(api.TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = task.func(*args, **kwargs)
-            value = api.normalize_json(value)
-        except SystemExit as exc:
-            raise _exit_error(exc) from exc
+        yield
+    except SystemExit as exc:
+        raise _exit_error(exc) from exc
+
+
+def _run(path: str, payload: dict[str, Any]) -> Any:
+    run = _Attempt.start(path, payload)
+    result = _running_result(run.backend, run.task, run.job.id)
+    api.task_started.send(sender=run.sender, task_result=result)
+    try:
+        with _exit_as_error():
+            value = api.normalize_json(run.task.func(*run.arguments(result), **run.kwargs))
     except Exception as exc:
-        if _ends_task(entry.cronbase, job, exc):
-            ended = finished(result, at=timezone.now(), error=_error(exc))
-            api.task_finished.send(sender=sender, task_result=ended)
+        ended = run.failed(result, exc)
+        if ended is not None:
+            api.task_finished.send(sender=run.sender, task_result=ended)
         raise
-    if not job.is_cancelled():  # past its timeout, the attempt fails whatever it returns
+    if not run.job.is_cancelled():  # past its timeout, the attempt fails whatever it returns
         ended = finished(result, at=timezone.now(), value=value)
-        api.task_finished.send(sender=sender, task_result=ended)
+        api.task_finished.send(sender=run.sender, task_result=ended)
     return value
 
 
@@ -342,30 +380,18 @@ async def _send(signal: Any, sender: type, result: Any) -> None:
 
 
 async def _run_async(path: str, payload: dict[str, Any]) -> Any:
-    entry = _registered[path]
-    task = entry.django
-    args, kwargs = from_payload(task.func, task.takes_context, payload)
-    backend = task.get_backend()
-    sender = type(backend)
-    job = current_job()
+    run = _Attempt.start(path, payload)
     # On cronbase's sync pool, in a thread: an async pool would be opened per event loop (each
     # cronbase.testing.drain runs one), for two quick reads.
-    result = await asyncio.to_thread(_running_result, backend, task, job.id)
-    await _send(api.task_started, sender, result)
+    result = await asyncio.to_thread(_running_result, run.backend, run.task, run.job.id)
+    await _send(api.task_started, run.sender, result)
     try:
-        try:
-            if task.takes_context:
-                value = await task.func(api.TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = await task.func(*args, **kwargs)
-            value = api.normalize_json(value)
-        except SystemExit as exc:
-            raise _exit_error(exc) from exc
+        with _exit_as_error():
+            value = api.normalize_json(await run.task.func(*run.arguments(result), **run.kwargs))
     except Exception as exc:
-        if _ends_task(entry.cronbase, job, exc):
-            ended = finished(result, at=timezone.now(), error=_error(exc))
-            await _send(api.task_finished, sender, ended)
+        ended = run.failed(result, exc)
+        if ended is not None:
+            await _send(api.task_finished, run.sender, ended)
         raise
-    ended = finished(result, at=timezone.now(), value=value)
-    await _send(api.task_finished, sender, ended)
+    await _send(api.task_finished, run.sender, finished(result, at=timezone.now(), value=value))
     return value
