@@ -1,6 +1,7 @@
 """Workload 4: cronbase's claim on a table that has lived a while.
 
-1,000,000 finished rows and 100,000 future-dated rows sit beside the due jobs. The claim must
+1,000,000 finished rows (in the history, where finished jobs live since migration 0015) and
+100,000 future-dated rows sit beside the due jobs. The claim must
 stay an index walk over ``jobs_due_idx`` (waiting rows only) that stops after ``limit`` rows, so
 its latency should not move; the drain rate neither. Both are measured on the empty table first.
 """
@@ -18,9 +19,9 @@ from .subjects import cronbase_sql, cronbase_subject
 from .workloads import Measurement, Settings, drain
 
 FILLER = """
-INSERT INTO cronbase.jobs (task, queue, payload, status, attempts, run_at, started_at,
-                           finished_at, created_at, updated_at, progress)
-SELECT 'old', 'default', jsonb_build_object('n', i), 'succeeded', 1,
+INSERT INTO cronbase.jobs_history (id, task, queue, payload, status, attempts, run_at,
+                                   started_at, finished_at, created_at, updated_at, progress)
+SELECT nextval('cronbase.jobs_id_seq'), 'old', 'default', jsonb_build_object('n', i), 'succeeded', 1,
        now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
        now() - interval '2 days', now() - interval '2 days', 100
 FROM generate_series(1, %(finished)s) AS i
@@ -47,6 +48,7 @@ def clear_due(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DELETE FROM cronbase.jobs WHERE task = 'noop' AND run_at < now() + '1 hour'")
         conn.execute("TRUNCATE cronbase.job_attempts, cronbase.workers")
+        conn.execute("DELETE FROM cronbase.jobs_history WHERE task = 'noop'")
         conn.execute("VACUUM ANALYZE cronbase.jobs")
 
 

@@ -58,7 +58,7 @@ def make_app(url: str) -> cronbase.App:
 def _reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers, cronbase.flow_limits CASCADE"
+            "TRUNCATE cronbase.jobs, cronbase.jobs_history, cronbase.job_keys, cronbase.job_attempts, cronbase.workers, cronbase.flow_limits CASCADE"
         )
 
 
@@ -97,7 +97,7 @@ def keys(url: str, s: Settings, task: str) -> list[Measurement]:
     _preload(url, task, [{"key": n * KEYS // s.jobs, "n": n} for n in range(s.jobs)])
     result = harness.run_children(drain_child, [(url,)] * PROCS, s.drain_cap * 4)
     spans = [span for report in result.reports for span in report]
-    done = harness.count(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+    done = harness.count(url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
     label = "key_concurrency=1" if task == "keyed" else "no limit"
     config = f"{s.jobs:,} jobs of 1 ms over {KEYS:,} keys, {label}, {PROCS} procs x {CONCURRENCY}"
     extra = {"done": done, "capped": not result.finished}
@@ -119,8 +119,8 @@ def rate(url: str, s: Settings) -> list[Measurement]:
                        SELECT count(*) OVER (ORDER BY started_at RANGE BETWEEN CURRENT ROW
                                              AND interval '1 second' - interval '1 microsecond'
                                              FOLLOWING) AS n
-                       FROM cronbase.jobs WHERE task = 'rated') w)
-            FROM cronbase.jobs WHERE task = 'rated' AND status = 'succeeded'
+                       FROM cronbase.jobs_all WHERE task = 'rated') w)
+            FROM cronbase.jobs_all WHERE task = 'rated' AND status = 'succeeded'
             """
         ).fetchone()
     assert row is not None

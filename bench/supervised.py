@@ -78,7 +78,7 @@ def drain(url: str, s: Settings, procs: int, *, metrics: bool = False) -> Measur
                     break
                 time.sleep(0.1)
             if done == s.jobs:
-                last = _scalar(conn, "SELECT max(finished_at) FROM cronbase.jobs")
+                last = _scalar(conn, "SELECT max(finished_at) FROM cronbase.jobs_all")
                 elapsed = (last - started).total_seconds()  # type: ignore[operator]
             else:
                 elapsed = s.drain_cap

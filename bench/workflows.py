@@ -48,7 +48,9 @@ def make_app(url: str) -> cronbase.App:
 
 def _reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers CASCADE")
+        conn.execute(
+            "TRUNCATE cronbase.jobs, cronbase.jobs_history, cronbase.job_keys, cronbase.job_attempts, cronbase.workers CASCADE"
+        )
 
 
 def _analyze(url: str) -> None:
@@ -81,12 +83,12 @@ def fan_in(url: str, s: Settings) -> list[Measurement]:
     result = harness.run_children(drain_child, [(url, CONCURRENCY)] * PROCS, s.drain_cap * 4)
     latency = _scalar(
         url,
-        "SELECT extract(epoch FROM c.started_at - (SELECT max(finished_at) FROM cronbase.jobs"
-        " WHERE task = 'noop'))::float8 FROM cronbase.jobs c WHERE c.id = %s",
+        "SELECT extract(epoch FROM c.started_at - (SELECT max(finished_at) FROM cronbase.jobs_all"
+        " WHERE task = 'noop'))::float8 FROM cronbase.jobs_all c WHERE c.id = %s",
         (callback,),
     )
-    fired = _scalar(url, "SELECT result FROM cronbase.jobs WHERE id = %s", (callback,))
-    done = harness.count(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+    fired = _scalar(url, "SELECT result FROM cronbase.jobs_all WHERE id = %s", (callback,))
+    done = harness.count(url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
     config = f"group of {CHILDREN:,} no-op children then a callback, {PROCS} procs x {CONCURRENCY}"
     extra = {"done": done, "callback_result": fired, "capped": not result.finished}
     return [
@@ -104,7 +106,7 @@ def plain(url: str, s: Settings) -> list[Measurement]:
         enqueue = time.perf_counter() - started
     _analyze(url)
     result = harness.run_children(drain_child, [(url, CONCURRENCY)] * PROCS, s.drain_cap * 4)
-    done = harness.count(url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'")
+    done = harness.count(url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
     config = f"{CHILDREN + 1:,} no-op jobs, no workflow, {PROCS} procs x {CONCURRENCY}"
     extra = {"done": done, "capped": not result.finished}
     return [
@@ -124,7 +126,7 @@ def chain(url: str, s: Settings) -> list[Measurement]:
         " c.started_at - p.finished_at)) FROM cronbase.job_deps d"
         " JOIN cronbase.jobs c ON c.id = d.child JOIN cronbase.jobs p ON p.id = d.parent",
     )
-    last = _scalar(url, "SELECT max(result::text::int) FROM cronbase.jobs WHERE task = 'link'")
+    last = _scalar(url, "SELECT max(result::text::int) FROM cronbase.jobs_all WHERE task = 'link'")
     config = f"chain of {CHAIN} no-op links, 1 proc x 10"
     extra = {"last_result": last, "capped": not result.finished}
     return [

@@ -45,7 +45,9 @@ def setup(url: str) -> None:
 
 def reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE cronbase.jobs, cronbase.job_attempts, cronbase.workers CASCADE")
+        conn.execute(
+            "TRUNCATE cronbase.jobs, cronbase.jobs_history, cronbase.job_keys, cronbase.job_attempts, cronbase.workers CASCADE"
+        )
 
 
 def enqueue_single(url: str, n: int) -> float:
@@ -81,7 +83,7 @@ def preload(url: str, n: int) -> None:
 
 def count_done(url: str) -> int:
     return harness.count(
-        url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded' AND task = 'noop'"
+        url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded' AND task = 'noop'"
     )
 
 

@@ -20,24 +20,32 @@ SELECT t.relname AS name,
        max(s.last_autovacuum) AS last_autovacuum,
        CASE WHEN t.relkind = 'p' THEN count(*) END AS partitions
 FROM tables t
-CROSS JOIN LATERAL pg_partition_tree(t.oid) p
+-- A plain table is its own one part (pg_partition_tree returns no row for it).
+CROSS JOIN LATERAL (
+    SELECT relid FROM pg_partition_tree(t.oid) WHERE isleaf
+    UNION ALL
+    SELECT t.oid WHERE t.relkind = 'r'
+) p
 LEFT JOIN pg_stat_user_tables s ON s.relid = p.relid
-WHERE p.isleaf
 GROUP BY t.relname, t.relkind
 ORDER BY t.relname;
 
 -- name: xmin_holders
--- What holds back vacuum in this database, oldest first: sessions whose snapshot is older than
--- everything else (an open transaction, idle or not; a long query; a standby's feedback),
--- prepared transactions, and replication slots. age: seconds its transaction has been open (a
--- slot's: NULL); xid_age: transactions since its horizon. Another role's sessions show only to a
+-- What holds back vacuum in this database, oldest first: sessions with an old snapshot (a
+-- transaction open under REPEATABLE READ, a long query, a standby's feedback) or an old
+-- transaction id (a transaction that wrote, then sat idle: under READ COMMITTED it keeps no
+-- snapshot between statements, but vacuum must still keep what its id may see), prepared
+-- transactions, and replication slots. age: seconds its transaction has been open (a slot's:
+-- NULL); xid_age: transactions since its horizon. Another role's sessions show only to a
 -- superuser or a member of pg_read_all_stats.
 SELECT * FROM (
     SELECT 'session' AS kind, pid, application_name AS application, state,
            extract(epoch FROM now() - COALESCE(xact_start, backend_start))::float8 AS age,
-           age(backend_xmin)::bigint AS xid_age
+           greatest(age(backend_xmin), age(backend_xid))::bigint AS xid_age
     FROM pg_stat_activity
-    WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+    WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND pid <> pg_backend_pid()
+      -- An autovacuum worker holds the horizon only while it runs, and ends by itself.
+      AND backend_type <> 'autovacuum worker'
       AND (datname = current_database() OR datname IS NULL)
     UNION ALL
     SELECT 'prepared', NULL, gid, 'prepared', extract(epoch FROM now() - prepared)::float8,
