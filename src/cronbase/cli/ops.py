@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..app import App
 from ..checks import check_name
+from ..durations import span
 from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
@@ -40,9 +41,7 @@ def _seconds(value: float | None) -> str:
         return ""
     if value < 1:
         return f"{value * 1000:.0f}ms"
-    if value < 120:
-        return f"{value:.1f}s"
-    return f"{value / 60:.0f}m" if value < 7200 else f"{value / 3600:.1f}h"
+    return f"{value:.1f}s" if value < 120 else span(value)
 
 
 def stats_table(overview: Overview) -> Table:
