@@ -25,11 +25,11 @@ from .common import (
     EXIT_FAILED,
     STATUS_STYLES,
     Settings,
+    age_option,
     cli_actor,
     console,
     duration_text,
     listed,
-    parse_duration,
     status_text,
     when,
 )
@@ -307,13 +307,7 @@ _queue_switch("resume", Queues.resume, "resumed", "Let workers claim from queue 
 
 
 @cli.command("prune")
-@click.option(
-    "--older-than",
-    required=True,
-    callback=parse_duration,
-    metavar="AGE",
-    help="Finished longer ago than this, e.g. 7d, 12h.",
-)
+@age_option("--older-than", "Finished longer ago than this, e.g. 7d, 12h.", required=True)
 @click.option(
     "--status",
     "statuses",
@@ -346,19 +340,12 @@ def prune_command(
 @click.option(
     "--max-dead", type=click.IntRange(min=0), help="Fail when more jobs than this are dead."
 )
-@click.option(
-    "--max-wait",
-    callback=parse_duration,
-    metavar="AGE",
-    help="Fail when a due job has waited longer than this, e.g. 5m.",
-)
-@click.option(
+@age_option("--max-wait", "Fail when a due job has waited longer than this, e.g. 5m.")
+@age_option(
     "--max-xmin-age",
-    callback=parse_duration,
+    "Fail when a transaction open longer than this holds back vacuum (0: never fail).",
     default="1h",
     show_default=True,
-    metavar="AGE",
-    help="Fail when a transaction open longer than this holds back vacuum (0: never fail).",
 )
 @click.option("--queue", help="Only this queue.")
 @click.pass_context
