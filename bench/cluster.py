@@ -103,8 +103,10 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster() -> Iterator[Cluster]:
-    """Start a fresh cluster in a temporary folder; stop it and delete the folder afterwards."""
+def running_cluster(settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """Start a fresh cluster in a temporary folder; stop it and delete the folder afterwards.
+
+    ``settings``: server settings given at start (``-c name=value``), beside the defaults."""
     bin_dir = find_binaries()
     folder = Path(tempfile.mkdtemp(prefix="cronbase-bench-pg-"))
     user = _server_user()
@@ -116,6 +118,8 @@ def running_cluster() -> Iterator[Cluster]:
             "initdb", "-D", str(cluster.data), "-U", "postgres", "-A", "trust", "-E", "UTF8"
         )
         options = f"-p {cluster.port} -k {folder} -c listen_addresses=127.0.0.1"
+        for name, value in (settings or {}).items():
+            options += f" -c {name}={value}"
         log = folder / "server.log"
         cluster._run(
             "pg_ctl", "-D", str(cluster.data), "-l", str(log), "-o", options, "-w", "start"

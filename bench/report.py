@@ -7,6 +7,8 @@ from typing import Any
 
 Row = dict[str, Any]
 LOWER_IS_BETTER = {"ms"}
+# The peer table's columns, in order (each a subject's NAME).
+PEERS = ("raw SQL", "pgqueuer", "procrastinate", "BullMQ (PostgreSQL)")
 
 
 def _find(rows: list[Row], pass_: str, system: str, config: str) -> Row | None:
@@ -269,15 +271,15 @@ def peer_table(rows: list[Row], p: str) -> list[str]:
     out = [
         "cronbase ÷ peer (throughput) or peer ÷ cronbase (latency): above 1 means cronbase is better.",
         "",
-        "| figure | cronbase | raw SQL | pgqueuer | procrastinate |",
-        "|---|---:|---:|---:|---:|",
+        "| figure | cronbase | " + " | ".join(PEERS) + " |",
+        "|---|---:|" + "---:|" * len(PEERS),
     ]
     for name, workload, cb_cfg, peer_cfg in pairs:
         cb = _find(rows, p, "cronbase", cb_cfg)
         if cb is None or cb["workload"] != workload:
             continue
         cells = []
-        for peer in ("raw SQL", "pgqueuer", "procrastinate"):
+        for peer in PEERS:
             v = _value(rows, p, peer, peer_cfg)
             x = (
                 _ratio(v, cb["median"])
@@ -293,7 +295,7 @@ def peer_table(rows: list[Row], p: str) -> list[str]:
     cb_best = _best(rows, p, "drain", "cronbase")
     if cb_best:
         cells = []
-        for peer in ("raw SQL", "pgqueuer", "procrastinate"):
+        for peer in PEERS:
             best = _best(rows, p, "drain", peer)
             cells.append(_fmt_ratio(_ratio(cb_best["median"], best["median"] if best else None)))
         out.append(

@@ -11,22 +11,26 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import psycopg
 
-from . import bigtable, flow, harness, report, workflows, workloads
+from . import bigtable, flow, harness, report, supervised, workflows, workloads
 from .cluster import Cluster, running_cluster
-from .subjects import cronbase_sql, cronbase_subject, pgqueuer_subject, procrastinate_subject, raw
+from .machine import machine
+from .subjects import (
+    bullmq_subject,
+    cronbase_sql,
+    cronbase_subject,
+    pgqueuer_subject,
+    procrastinate_subject,
+    raw,
+)
 from .workloads import Measurement, Settings
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +39,7 @@ SUBJECTS: tuple[ModuleType, ...] = (
     cronbase_subject,
     pgqueuer_subject,
     procrastinate_subject,
+    bullmq_subject,
 )
 # pgqueuer: (PgQueuer instances per process, dequeue batch size). "defaults" is one instance
 # with run()'s defaults; "tuned" are the two best of a sweep over 1/2/5 instances x batch
@@ -91,12 +96,28 @@ def steps(urls: dict[str, str], s: Settings, only: set[str]) -> list[Step]:
     drain(cronbase_subject, 10, 1, "concurrency 10 (default)", 10)
     for procs in (1, 2, 4):
         drain(cronbase_subject, 100, procs, "concurrency 100", 100)
+    # The same drain run by the supervisor (cronbase worker --processes N): what it costs.
+    for procs in (1, 2, 4):
+        add(
+            "drain",
+            f"cronbase worker --processes {procs}",
+            lambda procs=procs: supervised.drain(cb_url, s, procs),
+        )
+    add(
+        "drain",
+        "cronbase worker --processes 2 --metrics-port",
+        lambda: supervised.drain(cb_url, s, 2, metrics=True),
+    )
     drain(pgqueuer_subject, PGQ_DEFAULTS, 1, "defaults (1 x batch 10)", PGQ_DEFAULTS[1])
     for managers, batch in PGQ_TUNED:
         for procs in (1, 2, 4) if managers == 1 else (1, 2):
             label = f"tuned ({managers} x batch {batch})"
             drain(pgqueuer_subject, (managers, batch), procs, label, batch)
     drain(procrastinate_subject, 10, 1, "concurrency 10", 1)
+    # BullMQ claims one job per call (batch 1) on one connection per worker, whatever its
+    # concurrency (jobs in flight): 100 is measured to show that it does not help.
+    for concurrency, procs in ((10, 1), (10, 2), (100, 1)):
+        drain(bullmq_subject, concurrency, procs, f"concurrency {concurrency}", 1)
 
     for subject in SUBJECTS:
         add("latency", subject.NAME, lambda m=subject: workloads.latency(m, urls[m.NAME], s))
@@ -194,48 +215,6 @@ def run_pass(cluster: Cluster, s: Settings, only: set[str], label: str) -> list[
         }
         for k in order
     ]
-
-
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f"{kb / 1024 / 1024:.0f} GiB"
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=HERE
-        ).stdout.strip()
-        commit += " + uncommitted src changes" if dirty else ""
-    except OSError:
-        commit = ""
-    versions = {}
-    for dist in ("cronbase", "pgqueuer", "procrastinate", "psycopg", "asyncpg"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory": mem,
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "versions": versions,
-        "commit": commit,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,9 @@ _expected = 0
 _worker: cronbase.Worker | None = None
 
 
-def make_app(url: str) -> tuple[cronbase.App, cronbase.Task[..., Any], cronbase.Task[..., Any]]:
+def make_app(
+    url: str | None,
+) -> tuple[cronbase.App, cronbase.Task[..., Any], cronbase.Task[..., Any]]:
     app = cronbase.App(database_url=url)
 
     @app.task(name="noop")

@@ -285,8 +285,9 @@ class App:
         return await task_stats_async(self.db, duration("window", window, positive=True))
 
     def workers(self) -> list[WorkerInfo]:
-        """Every registered worker (the live ones first): host, pid, queues, tasks, busy slots
-        of its concurrency, last heartbeat, the jobs in its hands."""
+        """Every registered worker (grouped by host and supervisor, the live ones first): host,
+        pid, supervisor, queues, tasks, busy slots of its concurrency, last heartbeat, the jobs in
+        its hands."""
         return workers(self.db)
 
     async def workers_async(self) -> list[WorkerInfo]:

@@ -490,6 +490,34 @@ def test_the_workers_page_shows_who_is_alive_and_what_they_hold(
     assert 'href="/workers" class="current"' in page
 
 
+def test_the_workers_page_groups_a_supervisors_processes_under_it(
+    client: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
+    db.execute(
+        "INSERT INTO cronbase.workers (id, hostname, pid, supervisor, concurrency, last_seen_at)"
+        " VALUES ('w-alone', 'web-1', 5, NULL, 10, now()),"
+        " ('w-a', 'web-1', 21, 'web-1:20', 4, now()),"
+        " ('w-b', 'web-1', 22, 'web-1:20', 4, now() - interval '10 minutes'),"
+        " ('w-c', 'web-2', 31, 'web-2:30', 4, now())"
+    )
+    page = client.get("/workers").text
+    assert page.count('<tr class="group"') == 2  # one per supervisor; none for w-alone
+    group = page.split('<tr class="group" data-supervisor="web-1:20">')[1].split("</tr>")[0]
+    assert "supervisor <code>web-1:20</code> on web-1: 2 worker processes, 1 alive" in group
+    order = [
+        page.index(marker)
+        for marker in (
+            'data-worker="w-alone"',
+            'data-supervisor="web-1:20"><th',
+            'data-worker="w-a"',
+            'data-worker="w-b"',
+            'data-supervisor="web-2:30"><th',
+            'data-worker="w-c"',
+        )
+    ]
+    assert order == sorted(order)
+
+
 def test_queued_jobs_split_into_due_and_scheduled_and_the_scheduled_view(
     client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:

@@ -137,14 +137,28 @@ class WorkerProcesses:
     ) -> WorkerProcess:
         """``python -m <module> --worker-id NAME OPTIONS...``, after ``prefix`` (a command that
         execs it: ``ip netns exec HOST``), with ``env`` on top of the processes' own."""
-        environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        command = [sys.executable, "-m", self.module, "--worker-id", name, *options]
+        return self.run(name, command, prefix=prefix, env=env)
+
+    def run(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        prefix: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> WorkerProcess:
+        """``command`` (``python -m cronbase ... worker``, say) as the processes above are run."""
+        environment = {
+            k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CRONBASE_APP")
+        }
         environment.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO))
         environment.update({**self.env, **(env or {})})
         log_path = self.folder / f"worker-{name}.log"
         log = log_path.open("wb")
         self._logs.append(log)
         popen = subprocess.Popen(
-            [*prefix, sys.executable, "-m", self.module, "--worker-id", name, *options],
+            [*prefix, *command],
             cwd=REPO,
             env=environment,
             stdin=subprocess.DEVNULL,

@@ -131,6 +131,9 @@ class Settings:
     # --database-url, --listen-url, --pooler as given (exported to the environment, which an
     # App(...) that passes its own value does not read).
     connection: dict[str, str] = field(default_factory=dict)
+    # The arguments the command was given (after the program's name): a supervisor's worker
+    # processes run the same command line (cronbase worker --processes N).
+    argv: list[str] = field(default_factory=list)
     _app: App | None = None
 
     def app(self, *, needs_tasks: bool = False) -> App:

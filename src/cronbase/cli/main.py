@@ -25,6 +25,9 @@ from ..db import pool
 from ..errors import CronbaseError, WorkerFatalError
 from ..job import Payload
 from ..operations.retention import move_history
+from ..worker.options import WorkerOptions
+from ..worker.supervised import Supervised
+from ..worker.supervisor import Supervisor, available_cores
 
 if TYPE_CHECKING:
     from ..app import App
@@ -93,6 +96,36 @@ def worker_queues(queues: tuple[str, ...], concurrency: int) -> list[str] | dict
 # How long handler threads may take to notice the worker has stopped before the process leaves
 # without them (a sync handler cannot be interrupted; see _exit_if_handlers_linger).
 THREAD_JOIN_SECONDS = 1.0
+
+
+if TYPE_CHECKING:
+    _IntParam = click.ParamType[int]
+else:  # click < 8.3's ParamType is not generic
+    _IntParam = click.ParamType
+
+
+class Processes(_IntParam):
+    """``--processes``: a whole number from 1, or ``auto`` (the cores this process may use)."""
+
+    name = "processes"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif str(value).strip().lower() == "auto":
+            return available_cores()
+        else:
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                self.fail(
+                    f"{value!r} is not a number of processes: give 1 or more, or auto", param, ctx
+                )
+        if number < 1:
+            self.fail(f"{value!r}: give 1 or more processes, or auto", param, ctx)
+        return number
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -224,6 +257,14 @@ def migrate(settings: Settings) -> None:
 @seconds_option(
     "--shutdown-grace", "On SIGTERM/SIGINT, let running jobs finish this long (default 25)."
 )
+@click.option(
+    "--processes",
+    type=Processes(),
+    metavar="N|auto",
+    help="Run N worker processes with these options under a supervisor that starts again those "
+    "that die (auto: one per core this process may use). With --burst each drains, then exits; "
+    "--metrics-port serves all of them from the supervisor.",
+)
 @click.pass_obj
 def worker(
     settings: Settings,
@@ -235,25 +276,45 @@ def worker(
     schedule: bool,
     poll_interval: timedelta | None,
     shutdown_grace: timedelta | None,
-) -> None:
+    processes: int | None,
+) -> int:
     """Run jobs until SIGTERM/SIGINT.
 
     With --burst, run what is due and exit (for a worker started by cron). A second signal exits
     at once.
     """
     app = settings.app(needs_tasks=True)
-    options = {"poll_interval": poll_interval, "shutdown_grace": shutdown_grace}
-    app.run_worker(
-        queues=worker_queues(queues, concurrency),
-        concurrency=concurrency,
-        burst=burst,
-        schedule=schedule,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        **{k: v for k, v in options.items() if v is not None},
-    )
+    given = {"poll_interval": poll_interval, "shutdown_grace": shutdown_grace}
+    options: dict[str, Any] = {
+        "queues": worker_queues(queues, concurrency),
+        "concurrency": concurrency,
+        "burst": burst,
+        "schedule": schedule,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
+        **{k: v for k, v in given.items() if v is not None},
+    }
+    supervised = Supervised.from_environment()
+    if processes is not None and supervised is None:
+        WorkerOptions.build(**options)  # a bad option fails here once, not in every process
+        # The children run this same command line; the environment tells them they are children.
+        return Supervisor(
+            [sys.executable, "-m", "cronbase", *settings.argv],
+            processes,
+            db=app.db,
+            burst=burst,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        ).run()
+    if supervised is None:
+        app.run_worker(**options)
+    else:
+        # The supervisor serves the metrics of all its processes (from their files).
+        options["metrics_port"] = None
+        supervised.run(app.worker(supervisor=supervised.supervisor, **options))
     app.close()
     _exit_if_handlers_linger()
+    return 0
 
 
 @cli.command()
@@ -401,10 +462,10 @@ def main(argv: Sequence[str] | None = None, *, prog_name: str = "cronbase") -> i
     ``prog_name`` is what help and usage lines call the command (``manage.py cronbase`` when
     Django's management command runs it).
     """
-    settings = Settings()
+    settings = Settings(argv=list(argv) if argv is not None else sys.argv[1:])
     try:
         result = cli.main(
-            args=list(argv) if argv is not None else None,
+            args=settings.argv,
             prog_name=prog_name,
             standalone_mode=False,
             obj=settings,

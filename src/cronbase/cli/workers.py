@@ -1,4 +1,5 @@
-"""``cronbase workers``: the workers an operator sees (alive or not, busy slots, jobs in hand)."""
+"""``cronbase workers``: the workers an operator sees (alive or not, busy slots, jobs in hand),
+grouped by host and supervisor."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..durations import span
-from ..operations.fleet import WorkerInfo
+from ..operations.fleet import WorkerInfo, group_key
 from .common import Settings, listed
 from .main import cli
 
@@ -23,18 +24,29 @@ def _listed(names: list[str] | None, everything: str) -> str:
 
 
 def workers_table(found: list[WorkerInfo]) -> Table:
+    """One row per worker, grouped by host and supervisor (a line between groups); the
+    supervisor column only when a supervisor runs some of them (``--processes``)."""
+    supervised = any(w.supervisor is not None for w in found)
     table = Table(title="workers")
-    for column in ("worker", "host", "pid", "state", "busy", "queues", "tasks", "heartbeat"):
+    columns = ["worker", "host", "supervisor", "pid", "state", "busy", "queues", "tasks"]
+    for column in columns if supervised else [c for c in columns if c != "supervisor"]:
         table.add_column(column, justify="right" if column in ("pid", "busy") else "left")
+    table.add_column("heartbeat")
     table.add_column("jobs in hand")
+    previous = None
     for w in found:
+        if previous is not None and group_key(w) != previous:
+            table.add_section()
+        previous = group_key(w)
         state = Text("alive", style="green") if w.alive else Text("gone", style="red")
         jobs = ", ".join(f"{job_id} {task}" for job_id, task in w.jobs[:3])
         if w.busy > 3:
             jobs += f" +{w.busy - 3}"
+        cells = [Text(w.id), Text(w.hostname)]
+        if supervised:
+            cells.append(Text(w.supervisor or "-"))
         table.add_row(
-            Text(w.id),
-            Text(w.hostname),
+            *cells,
             str(w.pid),
             state,
             f"{w.busy}/{w.concurrency}",
@@ -50,7 +62,8 @@ def workers_table(found: list[WorkerInfo]) -> Table:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def workers(settings: Settings, as_json: bool) -> None:
-    """Registered workers: alive or gone, host, busy slots, queues, tasks, jobs in hand."""
+    """Registered workers: alive or gone, host, supervisor, busy slots, queues, tasks, jobs in
+    hand; grouped by host and supervisor (the processes of one ``worker --processes N``)."""
     found = settings.app().workers()
     out = listed(
         settings, found, as_json, "no workers registered: start one with `cronbase worker`"

@@ -1,5 +1,5 @@
 """The workers an operator sees (``cronbase workers``, the dashboard's /workers): who is alive,
-where, how busy, serving what, and which jobs are in their hands."""
+where, run by which supervisor, how busy, serving what, and which jobs are in their hands."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ class WorkerInfo(Record):
     id: str
     hostname: str
     pid: int
+    # The supervisor that runs it (``cronbase worker --processes N``), as host:pid; None for a
+    # worker started on its own. Rows come grouped by host and supervisor (worker_overview).
+    supervisor: str | None
     # The queues it claims from (None: all) and the tasks it registers (None: older code, any).
     queues: list[str] | None
     concurrency: int
@@ -71,12 +74,19 @@ class WorkerInfo(Record):
         return out
 
 
+def group_key(worker: WorkerInfo) -> tuple[str, str | None]:
+    """What the front ends group workers by: the host, and the supervisor that runs them (None:
+    those started on their own)."""
+    return worker.hostname, worker.supervisor
+
+
 def _params() -> dict[str, Any]:
     return {"live_within": LIVE_WITHIN, "jobs_shown": JOBS_SHOWN}
 
 
 def workers(db: Database) -> list[WorkerInfo]:
-    """Every registered worker, the live ones first."""
+    """Every registered worker, grouped by host and supervisor, groups with a live worker first
+    and, in each, the live ones first."""
     return [WorkerInfo.from_row(r) for r in db.fetch_all(db.queries.worker_overview, _params())]
 
 

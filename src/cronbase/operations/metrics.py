@@ -5,19 +5,32 @@ lease renewals) in :class:`WorkerMetrics`. :class:`DatabaseCollector` reads queu
 oldest waiting job's age and worker heartbeat ages from the database at scrape time, so every
 scrape agrees with the tables whichever process serves it. ``cronbase worker --metrics-port N``
 serves both; the dashboard's ``/metrics`` serves the database side.
+
+Under a supervisor (``cronbase worker --processes N --metrics-port P``) each worker process
+writes its counters to files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess
+mode) and serves nothing; the supervisor serves their sums and the database side, once
+(:func:`supervisor_registry`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from ..errors import ConfigurationError
@@ -224,12 +237,38 @@ class DurationHistogram(Collector):
         yield family
 
 
+def is_multiprocess() -> bool:
+    """Whether this process writes its metrics to ``PROMETHEUS_MULTIPROC_DIR`` (the variable
+    prometheus_client reads when it is imported; a supervisor sets it for its processes)."""
+    return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
+
+
+class _SharedDurations:
+    """Handler run times in multiprocess mode: prometheus_client's Histogram, whose values live
+    in this process's file, so the supervisor sums them (a DurationHistogram lives in memory,
+    which the supervisor cannot read). It costs more per job (a lock and an mmap write per
+    value; bench/README.md), paid only under a supervisor serving metrics."""
+
+    def __init__(self, histogram: Histogram) -> None:
+        self.histogram = histogram
+        self._series: dict[tuple[str, str], Histogram] = {}
+
+    def labels(self, task: str, queue: str) -> Histogram:
+        series = self._series.get((task, queue))
+        if series is None:
+            series = self._series[(task, queue)] = self.histogram.labels(task, queue)
+        return series
+
+
 # Label values of a counter's child: (task, queue), (task, queue, status).
 K = TypeVar("K", bound=tuple[str, ...])
 
 
 class WorkerMetrics:
-    """One worker's own counters; ``registry`` also gets the database collector."""
+    """One worker's own counters; ``registry`` also gets the database collector.
+
+    In multiprocess mode (:func:`is_multiprocess`) the counters write to this process's files,
+    which the supervisor's registry reads; this registry is then not served."""
 
     def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
@@ -240,10 +279,22 @@ class WorkerMetrics:
             "(succeeded, failed = will retry, dead)",
             ("task", "queue", "status"),
         )
-        self.duration = DurationHistogram(
-            "cronbase_job_duration_seconds", "Handler run time", DURATION_BUCKETS
-        )
-        self.registry.register(self.duration)
+        self.duration: DurationHistogram | _SharedDurations
+        if is_multiprocess():
+            self.duration = _SharedDurations(
+                Histogram(
+                    "cronbase_job_duration_seconds",
+                    "Handler run time",
+                    ["task", "queue"],
+                    buckets=DURATION_BUCKETS,
+                    registry=self.registry,
+                )
+            )
+        else:
+            self.duration = DurationHistogram(
+                "cronbase_job_duration_seconds", "Handler run time", DURATION_BUCKETS
+            )
+            self.registry.register(self.duration)
         self.timeouts = self._counter(
             "cronbase_jobs_timed_out", "Attempts cancelled at their task's timeout"
         )
@@ -291,6 +342,18 @@ def _add(counter: Counter, children: dict[K, Counter], counts: dict[K, int]) -> 
         if child is None:
             child = children[key] = counter.labels(*key)
         child.inc(n)
+
+
+def supervisor_registry(db: Database, directory: str, *collectors: Collector) -> CollectorRegistry:
+    """What a supervisor serves: the sums of its worker processes' counters and histograms (the
+    files in ``directory``, their PROMETHEUS_MULTIPROC_DIR), the database side once (not once
+    per process), and ``collectors`` (the supervisor's own)."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    registry.register(DatabaseCollector(db))
+    for collector in collectors:
+        registry.register(collector)
+    return registry
 
 
 def serve(port: int | None, host: str, registry: CollectorRegistry) -> WSGIServer | None:

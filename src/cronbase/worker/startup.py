@@ -61,7 +61,13 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
     if any(t.isolation == "process" for t in self.tasks.values()):
         self._children = Children(self.db.url, logger.level)
         stack.callback(self._children.close)
-    await _register(self, pool)
+    try:
+        await _register(self, pool)
+    except asyncio.CancelledError:
+        # Cancelled while registering (a supervisor's stop before the worker started): the
+        # row may be committed already, and the stack would not remove it.
+        await _unregister(self, pool)
+        raise
     stack.push_async_callback(_unregister, self, pool)
     if o.install_signal_handlers:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -150,6 +156,7 @@ async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
                 "queues": self.options.queues,
                 "concurrency": self.options.concurrency,
                 "tasks": sorted(self.tasks),
+                "supervisor": self.supervisor,
             },
         )
         # The limits in this code are the fleet's from now on (last worker started wins).

@@ -25,6 +25,7 @@
 
 In burst mode the loop ends when nothing is due and nothing runs: "cron wakes a worker".
 Database time (``now()``) decides due-ness and leases; this process's clock only paces waits.
+One process uses one core: ``supervisor.py`` runs N of them (``cronbase worker --processes N``).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Worker:
         *,
         periodic: Mapping[str, ScheduleSpec] | None = None,
         worker_id: str | None = None,
+        supervisor: str | None = None,
         **options: Any,
     ) -> None:
         self.options = WorkerOptions.build(**options)
@@ -107,6 +109,8 @@ class Worker:
         self.tasks = tasks
         self.periodic = periodic or {}
         self.id = worker_id or new_worker_id()
+        # The supervisor that runs this process (host:pid; supervisor.py), on its workers row.
+        self.supervisor = supervisor
         self.metrics = WorkerMetrics(db)
         self.claimed = 0
         self.notifier: Notifier | None = None

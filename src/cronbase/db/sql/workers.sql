@@ -2,9 +2,10 @@
 
 -- name: register_worker
 -- A worker announces itself when it starts (ids are unique per process start), with the queues
--- it serves (NULL: all) and the tasks it registers.
-INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency, tasks)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s)
+-- it serves (NULL: all), the tasks it registers, and the supervisor that runs it (host:pid of
+-- `cronbase worker --processes N`; NULL for a worker started on its own).
+INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency, tasks, supervisor)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s, %(supervisor)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: unregister_worker
@@ -39,6 +40,9 @@ ORDER BY j.task, j.queue;
 -- %(live_within)s), busy slots (its running jobs), the first %(jobs_shown)s jobs in its hands,
 -- and the handlers it runs past their timeout (as of its last heartbeat).
 -- A killed worker's row stays until it ages out; its running jobs show here until reaped.
+-- Grouped by host and supervisor (the processes of one `cronbase worker --processes N` side by
+-- side; workers started on their own form their host's group): groups with a live worker first,
+-- then by host and supervisor; in a group, live workers first, oldest first.
 WITH running AS (
     SELECT locked_by, count(*) AS busy,
            (array_agg(id ORDER BY started_at, id))[1:%(jobs_shown)s] AS job_ids,
@@ -47,12 +51,15 @@ WITH running AS (
     WHERE status = 'running'
     GROUP BY locked_by
 )
-SELECT w.id, w.hostname, w.pid, w.queues, w.concurrency, w.tasks, w.started_at, w.last_seen_at,
-       extract(epoch FROM now() - w.last_seen_at)::float8 AS heartbeat_age,
+SELECT w.id, w.hostname, w.pid, w.supervisor, w.queues, w.concurrency, w.tasks, w.started_at,
+       w.last_seen_at, extract(epoch FROM now() - w.last_seen_at)::float8 AS heartbeat_age,
        w.last_seen_at > now() - %(live_within)s::interval AS alive,
        COALESCE(r.busy, 0) AS busy,
        COALESCE(r.job_ids, '{{}}') AS job_ids, COALESCE(r.job_tasks, '{{}}') AS job_tasks,
        w.overruns
 FROM {schema}.workers w
 LEFT JOIN running r ON r.locked_by = w.id
-ORDER BY w.last_seen_at > now() - %(live_within)s::interval DESC, w.started_at;
+ORDER BY bool_or(w.last_seen_at > now() - %(live_within)s::interval)
+             OVER (PARTITION BY w.hostname, w.supervisor) DESC,
+         w.hostname, w.supervisor NULLS FIRST,
+         w.last_seen_at > now() - %(live_within)s::interval DESC, w.started_at;
