@@ -54,3 +54,13 @@ def optional_duration(
 ) -> timedelta | None:
     """:func:`duration`, or None for None (a parameter whose None means "none", "never")."""
     return None if value is None else duration(what, value, positive=positive, signed=signed)
+
+
+def span(seconds: float, *, minutes_from: float = 120, hours_from: float = 7200) -> str:
+    """``45s``, ``12m``, ``3.5h``: seconds in one short unit, minutes from ``minutes_from``
+    seconds on and hours from ``hours_from`` (what operators read in tables and messages)."""
+    if seconds < minutes_from:
+        return f"{seconds:.0f}s"
+    if seconds < hours_from:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

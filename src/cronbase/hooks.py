@@ -12,18 +12,17 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .db.connections import async_connection, sync_connection
 from .enqueue.insert import (
+    Insert,
+    defer_async,
     defer_graph_async,
     defer_graph_sync,
-    defer_many_async,
-    defer_many_sync,
-    defer_one_async,
-    defer_one_sync,
+    defer_sync,
     encode_metadata,
 )
 from .errors import CronbaseError
@@ -187,52 +186,28 @@ class Hooks:
         return _entered(self.defer_middleware, call)
 
     def defer(
-        self,
-        db: Database,
-        task: Task[Any, Any],
-        options: JobOptions,
-        payloads: list[Payload],
-        connection: object | None,
-        *,
-        many: bool,
+        self, db: Database, task: Task[Any, Any], insert: Insert, connection: object | None
     ) -> list[int]:
         """A defer through the hooks: the interceptor, else the database with middleware."""
         if self.interceptor is not None:
-            return self.interceptor.defer(task, options, payloads)
+            return self.interceptor.defer(task, insert.opts, insert.payloads)
         connection = self._connection(connection)
-        call = DeferCall(task.name, options.queue, payloads)
+        call = DeferCall(task.name, insert.opts.queue, insert.payloads)
         with self.around_defer(call):
-            metadata = _stored_metadata(call)
-            if many:
-                ids = defer_many_sync(db, task.name, options, payloads, connection, metadata)
-            else:
-                ids = [defer_one_sync(db, task.name, options, payloads[0], connection, metadata)]
+            ids = defer_sync(db, replace(insert, metadata=_stored_metadata(call)), connection)
             call.ids[:] = ids
         return ids
 
     async def defer_async(
-        self,
-        db: Database,
-        task: Task[Any, Any],
-        options: JobOptions,
-        payloads: list[Payload],
-        connection: object | None,
-        *,
-        many: bool,
+        self, db: Database, task: Task[Any, Any], insert: Insert, connection: object | None
     ) -> list[int]:
         """The async twin of :meth:`defer` (connection sources are sync: not asked)."""
         if self.interceptor is not None:
-            return await self.interceptor.defer_async(task, options, payloads)
-        call = DeferCall(task.name, options.queue, payloads)
+            return await self.interceptor.defer_async(task, insert.opts, insert.payloads)
+        call = DeferCall(task.name, insert.opts.queue, insert.payloads)
         with self.around_defer(call):
-            metadata = _stored_metadata(call)
-            if many:
-                ids = await defer_many_async(db, task.name, options, payloads, connection, metadata)
-            else:
-                job_id = await defer_one_async(
-                    db, task.name, options, payloads[0], connection, metadata
-                )
-                ids = [job_id]
+            stored = replace(insert, metadata=_stored_metadata(call))
+            ids = await defer_async(db, stored, connection)
             call.ids[:] = ids
         return ids
 

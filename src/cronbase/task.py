@@ -10,12 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .durations import DurationLike, optional_duration
 from .enqueue.graph import check_after
-from .enqueue.insert import (
-    defer_many_async,
-    defer_many_sync,
-    defer_one_async,
-    defer_one_sync,
-)
+from .enqueue.insert import Insert, defer_async, defer_sync
 from .enqueue.options import Isolation, JobOptions, TaskDefaults
 from .errors import ConfigurationError, PayloadError, UnknownTaskError
 from .hooks import Hooks
@@ -297,22 +292,18 @@ class Task(Generic[P, R]):
         self, payloads: list[Payload], options: JobOptions, connection: object, *, many: bool
     ) -> list[int]:
         """Checked payloads to the database: through the hooks when any are set."""
+        insert = Insert(self.name, options, payloads, many)
         if self.hooks.has_defer_hooks and payloads:
-            return self.hooks.defer(self.db, self, options, payloads, connection, many=many)
-        if many:
-            return defer_many_sync(self.db, self.name, options, payloads, connection)
-        return [defer_one_sync(self.db, self.name, options, payloads[0], connection)]
+            return self.hooks.defer(self.db, self, insert, connection)
+        return defer_sync(self.db, insert, connection)
 
     async def _send_async(
         self, payloads: list[Payload], options: JobOptions, connection: object, *, many: bool
     ) -> list[int]:
+        insert = Insert(self.name, options, payloads, many)
         if self.hooks.has_defer_hooks and payloads:
-            return await self.hooks.defer_async(
-                self.db, self, options, payloads, connection, many=many
-            )
-        if many:
-            return await defer_many_async(self.db, self.name, options, payloads, connection)
-        return [await defer_one_async(self.db, self.name, options, payloads[0], connection)]
+            return await self.hooks.defer_async(self.db, self, insert, connection)
+        return await defer_async(self.db, insert, connection)
 
 
 class Deferral:

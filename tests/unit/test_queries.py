@@ -131,6 +131,26 @@ def test_an_unknown_fragment_or_a_missing_marker_fails_naming_it() -> None:
         queries.assemble(parsed, {"v": ("s", "/* m */", "x")})
 
 
+def test_a_fragment_takes_its_arguments_by_name() -> None:
+    text = """
+-- name: s
+WITH gone AS (/* include: batch(table=a_default, age=older_than) */) SELECT 1;
+
+-- fragment: batch
+-- $table in a comment is dropped with it.
+DELETE FROM $table WHERE finished_at < now() - %($age)s::interval
+"""
+    parsed = parse_statements(text, "args.sql")
+    assert queries.assemble(parsed, {})["s"] == (
+        "WITH gone AS (DELETE FROM a_default WHERE finished_at < now() - %(older_than)s::interval)"
+        " SELECT 1"
+    )
+    for include in ("batch(table=a_default)", "batch", "batch(table=a, age=b, more=c)"):
+        bad = parse_statements(text.replace("batch(table=a_default, age=older_than)", include), "")
+        with pytest.raises(RuntimeError, match=r"fragment 'batch' takes \['age', 'table'\]"):
+            queries.assemble(bad, {})
+
+
 def test_the_claim_statements_share_one_text_but_the_queue_filter() -> None:
     q = Queries("cronbase")
     plain, in_queues = q.claim_jobs.decode(), q.claim_jobs_in_queues.decode()

@@ -374,6 +374,17 @@ def parse_duration(
         ) from None
 
 
+def age_option(flag: str, text: str, **attrs: Any) -> Callable[[F], F]:
+    """An option taking an age as ``--older-than`` does (``7d``, ``12h``): a timedelta."""
+    return click.option(flag, callback=parse_duration, metavar="AGE", help=text, **attrs)
+
+
+def seconds_option(flag: str, text: str, *, positive: bool = False) -> Callable[[F], F]:
+    """An option taking a number of seconds (above zero when ``positive``): a timedelta."""
+    kind = POSITIVE_SECONDS if positive else SECONDS
+    return click.option(flag, type=kind, metavar="SECONDS", help=text)
+
+
 def cli_actor() -> str:
     """Who runs a command: ``cli:user@host``."""
     try:

@@ -37,13 +37,12 @@ from .common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     INT4_MAX,
-    POSITIVE_SECONDS,
-    SECONDS,
     Settings,
     app_option,
     one_line,
     parse_aware_time,
     payload_option,
+    seconds_option,
     setup_logging,
 )
 
@@ -250,17 +249,13 @@ def migrate(settings: Settings) -> None:
     show_default=True,
     help="Also fire due schedule slots (long-running workers only).",
 )
-@click.option(
+@seconds_option(
     "--poll-interval",
-    type=POSITIVE_SECONDS,
-    metavar="SECONDS",
-    help="Look for due jobs this often when no notification comes (default 1).",
+    "Look for due jobs this often when no notification comes (default 1).",
+    positive=True,
 )
-@click.option(
-    "--shutdown-grace",
-    type=SECONDS,
-    metavar="SECONDS",
-    help="On SIGTERM/SIGINT, let running jobs finish this long (default 25).",
+@seconds_option(
+    "--shutdown-grace", "On SIGTERM/SIGINT, let running jobs finish this long (default 25)."
 )
 @click.option(
     "--processes",
@@ -386,12 +381,7 @@ def _exit_if_handlers_linger() -> None:
     callback=parse_aware_time,
     help="When to run, with a time zone, e.g. 2030-01-31T09:00:00+00:00.",
 )
-@click.option(
-    "--delay",
-    type=SECONDS,
-    metavar="SECONDS",
-    help="Run this many seconds from now.",
-)
+@seconds_option("--delay", "Run this many seconds from now.")
 @click.option("--queue", help="Queue (default: the task's).")
 @click.option(
     "--priority",

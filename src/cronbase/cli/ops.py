@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..app import App
 from ..checks import check_name
+from ..durations import span
 from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
@@ -24,11 +25,11 @@ from .common import (
     EXIT_FAILED,
     STATUS_STYLES,
     Settings,
+    age_option,
     cli_actor,
     console,
     duration_text,
     listed,
-    parse_duration,
     status_text,
     when,
 )
@@ -40,9 +41,7 @@ def _seconds(value: float | None) -> str:
         return ""
     if value < 1:
         return f"{value * 1000:.0f}ms"
-    if value < 120:
-        return f"{value:.1f}s"
-    return f"{value / 60:.0f}m" if value < 7200 else f"{value / 3600:.1f}h"
+    return f"{value:.1f}s" if value < 120 else span(value)
 
 
 def stats_table(overview: Overview) -> Table:
@@ -308,13 +307,7 @@ _queue_switch("resume", Queues.resume, "resumed", "Let workers claim from queue 
 
 
 @cli.command("prune")
-@click.option(
-    "--older-than",
-    required=True,
-    callback=parse_duration,
-    metavar="AGE",
-    help="Finished longer ago than this, e.g. 7d, 12h.",
-)
+@age_option("--older-than", "Finished longer ago than this, e.g. 7d, 12h.", required=True)
 @click.option(
     "--status",
     "statuses",
@@ -347,19 +340,12 @@ def prune_command(
 @click.option(
     "--max-dead", type=click.IntRange(min=0), help="Fail when more jobs than this are dead."
 )
-@click.option(
-    "--max-wait",
-    callback=parse_duration,
-    metavar="AGE",
-    help="Fail when a due job has waited longer than this, e.g. 5m.",
-)
-@click.option(
+@age_option("--max-wait", "Fail when a due job has waited longer than this, e.g. 5m.")
+@age_option(
     "--max-xmin-age",
-    callback=parse_duration,
+    "Fail when a transaction open longer than this holds back vacuum (0: never fail).",
     default="1h",
     show_default=True,
-    metavar="AGE",
-    help="Fail when a transaction open longer than this holds back vacuum (0: never fail).",
 )
 @click.option("--queue", help="Only this queue.")
 @click.pass_context

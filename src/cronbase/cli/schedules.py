@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Unpack
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from ..job import Payload
 from ..operations.schedules import Schedules
-from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule
+from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule, ScheduleOptions
 from .common import (
     INT4_MAX,
     Settings,
@@ -121,25 +121,11 @@ def add_schedule(
     settings: Settings,
     task: str,
     cron_expr: str,
-    tz: str,
-    key: str | None,
-    payload: Payload,
-    queue: str | None,
-    catch_up: str,
-    max_catch_up: int,
     as_json: bool,
+    **options: Unpack[ScheduleOptions],
 ) -> None:
     """Run TASK on a cron schedule (kept in the database until removed)."""
-    schedule = settings.app(needs_tasks=True).schedules.add(
-        task,
-        cron=cron_expr,
-        tz=tz,
-        key=key,
-        payload=payload,
-        queue=queue,
-        catch_up=catch_up,
-        max_catch_up=max_catch_up,
-    )
+    schedule = settings.app(needs_tasks=True).schedules.add(task, cron=cron_expr, **options)
     shown(schedule, as_json)
 
 

@@ -7,17 +7,14 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..durations import span
 from ..operations.fleet import WorkerInfo, group_key
 from .common import Settings, listed
 from .main import cli
 
 
 def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f}s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
+    return f"{span(seconds, minutes_from=90, hours_from=5400)} ago"
 
 
 def _listed(names: list[str] | None, everything: str) -> str:

@@ -7,7 +7,8 @@ before any worker starts.
 A piece that several statements share is written once, under ``-- fragment: name``, and put in
 place of ``/* include: name */`` (River's ``/* TEMPLATE */`` markers in its sqlc files): the claim
 statements share how a picked row is leased and which columns come back, and the claim and the
-lone completion share how a success is written. A statement that exists in two forms is written
+lone completion share how a success is written. A fragment may take arguments: its ``$name``
+placeholders, given as ``/* include: name(table=jobs, age=older_than) */`` (the pruners' batches). A statement that exists in two forms is written
 once with a marker, and :data:`VARIANTS` renders the other form (claim_jobs_in_queues).
 """
 
@@ -23,7 +24,8 @@ from psycopg import sql
 from .notifier import channel_name, done_channel_name
 
 _NAME_LINE = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$")
-_INCLUDE = re.compile(r"/\*\s*include:\s*(\w+)\s*\*/")
+_INCLUDE = re.compile(r"/\*\s*include:\s*(\w+)\s*(?:\(([^)]*)\))?\s*\*/")
+_PLACEHOLDER = re.compile(r"\$(\w+)")
 _ARCHIVE = re.compile(r"/\*\s*(archive|restore)\s+(\w+)\s*:(.*?)\*/", re.DOTALL)
 # Where a moved row goes: a finished job to the history, a retried one back to the live table.
 _MOVE_TARGET = {"archive": "jobs_history", "restore": "jobs"}
@@ -72,6 +74,7 @@ def _expand(name: str, body: str, fragments: dict[str, str], depth: int = 0) -> 
             raise RuntimeError(f"statement {name!r} includes unknown fragment {match.group(1)!r}")
         if depth > 3:
             raise RuntimeError(f"statement {name!r}: fragments include each other too deep")
+        fragment = _bind(name, match.group(1), fragment, match.group(2) or "")
         return _expand(name, fragment, fragments, depth + 1)
 
     def archive(match: re.Match[str]) -> str:
@@ -79,6 +82,24 @@ def _expand(name: str, body: str, fragments: dict[str, str], depth: int = 0) -> 
         return move_insert(name, target, source, changes, fragments.get("job_columns", ""))
 
     return _ARCHIVE.sub(archive, _INCLUDE.sub(include, body))
+
+
+def _bind(name: str, fragment: str, text: str, arguments: str) -> str:
+    """A fragment's ``$name`` placeholders, each given by the include's ``name=value``; every
+    placeholder given, and nothing else."""
+    values: dict[str, str] = {}
+    for argument in filter(None, (a.strip() for a in arguments.split(","))):
+        key, _, value = (part.strip() for part in argument.partition("="))
+        if not key.isidentifier() or not re.fullmatch(r"\w+", value):
+            raise RuntimeError(f"statement {name!r}: bad argument {argument!r} of {fragment!r}")
+        values[key] = value
+    wanted = set(_PLACEHOLDER.findall(text))
+    if wanted != set(values):
+        raise RuntimeError(
+            f"statement {name!r}: fragment {fragment!r} takes {sorted(wanted)}, "
+            f"given {sorted(values)}"
+        )
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
 def move_insert(name: str, target: str, source: str, changes: str, columns_text: str) -> str:

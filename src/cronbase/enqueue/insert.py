@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -143,93 +144,78 @@ async def _run_async(
         return await cur.fetchall()
 
 
-def defer_one_sync(
-    db: Database,
-    task: str,
-    opts: JobOptions,
-    payload: Payload,
-    connection: object | None,
-    metadata: dict[str, Any] | None = None,
-) -> int:
-    caller = None if connection is None else _sync_conn(connection)
-    if opts.after:
-        return defer_graph_sync(db, after_graph(task, opts, [payload], metadata), caller)[0]
-    query, params = build_insert(
-        db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
-    )
-    for _ in range(_UNIQUE_TRIES):
-        rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
-        if rows:
-            return int(rows[0][0])
-    raise _keyed_miss(task, opts)
+def _rows_sync(
+    db: Database, caller: psycopg.Connection[Any] | None, query: bytes, params: dict[str, Any]
+) -> list[TupleRow]:
+    """The statement's rows, run on the caller's connection when given, else on the pool."""
+    return _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
 
 
-async def defer_one_async(
-    db: Database,
-    task: str,
-    opts: JobOptions,
-    payload: Payload,
-    connection: object | None,
-    metadata: dict[str, Any] | None = None,
-) -> int:
-    caller = None if connection is None else await _async_conn(connection)
-    if opts.after:
-        graph = after_graph(task, opts, [payload], metadata)
-        return (await defer_graph_async(db, graph, caller))[0]
-    query, params = build_insert(
-        db.queries, task, opts, payload, db.max_payload_bytes, metadata, db.json_dumps
-    )
-    for _ in range(_UNIQUE_TRIES):
-        if caller is not None:
-            rows = await _run_async(caller, query, params)
-        else:
-            rows = await db.rows_async(query, params)
-        if rows:
-            return int(rows[0][0])
-    raise _keyed_miss(task, opts)
-
-
-def defer_many_sync(
-    db: Database,
-    task: str,
-    opts: JobOptions,
-    payloads: Sequence[Payload],
-    connection: object | None,
-    metadata: dict[str, Any] | None = None,
-) -> list[int]:
-    caller = None if connection is None else _sync_conn(connection)
-    if not payloads:
-        return []
-    if opts.after:
-        return defer_graph_sync(db, after_graph(task, opts, payloads, metadata), caller)
-    query, params = build_insert_many(
-        db.queries, task, opts, payloads, db.max_payload_bytes, metadata, db.json_dumps
-    )
-    rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
-    return [int(r[0]) for r in rows]
-
-
-async def defer_many_async(
-    db: Database,
-    task: str,
-    opts: JobOptions,
-    payloads: Sequence[Payload],
-    connection: object | None,
-    metadata: dict[str, Any] | None = None,
-) -> list[int]:
-    caller = None if connection is None else await _async_conn(connection)
-    if not payloads:
-        return []
-    if opts.after:
-        return await defer_graph_async(db, after_graph(task, opts, payloads, metadata), caller)
-    query, params = build_insert_many(
-        db.queries, task, opts, payloads, db.max_payload_bytes, metadata, db.json_dumps
-    )
+async def _rows_async(
+    db: Database, caller: psycopg.AsyncConnection[Any] | None, query: bytes, params: dict[str, Any]
+) -> list[TupleRow]:
     if caller is not None:
-        rows = await _run_async(caller, query, params)
-    else:
-        rows = await db.rows_async(query, params)
-    return [int(r[0]) for r in rows]
+        return await _run_async(caller, query, params)
+    return await db.rows_async(query, params)
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """What one defer (``many=False``: one payload) or defer_many writes: jobs of one task with
+    the same options."""
+
+    task: str
+    opts: JobOptions
+    payloads: list[Payload]
+    many: bool = False
+    metadata: dict[str, Any] | None = None  # jobs.metadata of every job (defer hooks')
+
+    def statement(self, db: Database) -> tuple[bytes, dict[str, Any]]:
+        rest = (db.max_payload_bytes, self.metadata, db.json_dumps)
+        if self.many:
+            return build_insert_many(db.queries, self.task, self.opts, self.payloads, *rest)
+        return build_insert(db.queries, self.task, self.opts, self.payloads[0], *rest)
+
+    def graph(self) -> Graph:
+        """The jobs as a graph, each waiting for ``configure(after=...)``'s jobs."""
+        return after_graph(self.task, self.opts, self.payloads, self.metadata)
+
+    def ids(self, rows: list[TupleRow]) -> list[int] | None:
+        """The new jobs' ids from the statement's rows; None when a keyed insert neither
+        inserted nor found its job (the conflicting one is gone or not yet visible: try again)."""
+        if self.many:
+            return [int(r[0]) for r in rows]
+        return [int(rows[0][0])] if rows else None
+
+
+def defer_sync(db: Database, insert: Insert, connection: object | None) -> list[int]:
+    """Write the jobs, in the caller's transaction when ``connection`` is given; their ids in
+    payload order."""
+    caller = None if connection is None else _sync_conn(connection)
+    if not insert.payloads:
+        return []
+    if insert.opts.after:
+        return defer_graph_sync(db, insert.graph(), caller)
+    query, params = insert.statement(db)
+    for _ in range(_UNIQUE_TRIES):
+        ids = insert.ids(_rows_sync(db, caller, query, params))
+        if ids is not None:
+            return ids
+    raise _keyed_miss(insert.task, insert.opts)
+
+
+async def defer_async(db: Database, insert: Insert, connection: object | None) -> list[int]:
+    caller = None if connection is None else await _async_conn(connection)
+    if not insert.payloads:
+        return []
+    if insert.opts.after:
+        return await defer_graph_async(db, insert.graph(), caller)
+    query, params = insert.statement(db)
+    for _ in range(_UNIQUE_TRIES):  # as in defer_sync
+        ids = insert.ids(await _rows_async(db, caller, query, params))
+        if ids is not None:
+            return ids
+    raise _keyed_miss(insert.task, insert.opts)
 
 
 def after_graph(
@@ -251,7 +237,7 @@ def defer_graph_sync(
     params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
     query = db.queries.insert_graph
     for _ in range(2):
-        rows = _run_sync(caller, query, params) if caller is not None else db.rows(query, params)
+        rows = _rows_sync(db, caller, query, params)
         if not parents_missing(rows):
             break
     return inserted_ids(rows)
@@ -263,10 +249,7 @@ async def defer_graph_async(
     params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
     query = db.queries.insert_graph
     for _ in range(2):  # as in defer_graph_sync
-        if caller is not None:
-            rows = await _run_async(caller, query, params)
-        else:
-            rows = await db.rows_async(query, params)
+        rows = await _rows_async(db, caller, query, params)
         if not parents_missing(rows):
             break
     return inserted_ids(rows)

@@ -8,7 +8,7 @@ import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import psycopg
 
@@ -254,69 +254,20 @@ class Jobs:
         """What :meth:`prune` would delete, by status (nothing is deleted)."""
         return count_prunable(self.db, older_than, list(statuses))
 
-    def search(
-        self,
-        *,
-        status: JobStatus | str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        search: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> JobList:
-        """Newest first: filtered, and matching ``search`` as a job id or a key (or prefix)."""
-        return views.search_jobs(
-            self.db,
-            status=status,
-            queue=queue,
-            task=task,
-            search=search,
-            limit=limit,
-            offset=offset,
-        )
+    def search(self, **filters: Unpack[views.JobSearch]) -> JobList:
+        """Newest first: filtered, and matching ``search`` as a job id or a key (or prefix)
+        (``filters``: :class:`~cronbase.operations.search.JobSearch`)."""
+        return views.search_jobs(self.db, **filters)
 
-    async def search_async(
-        self,
-        *,
-        status: JobStatus | str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        search: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> JobList:
-        return await views.search_jobs_async(
-            self.db,
-            status=status,
-            queue=queue,
-            task=task,
-            search=search,
-            limit=limit,
-            offset=offset,
-        )
+    async def search_async(self, **filters: Unpack[views.JobSearch]) -> JobList:
+        return await views.search_jobs_async(self.db, **filters)
 
-    def scheduled(
-        self,
-        *,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> JobList:
+    def scheduled(self, **page: Unpack[views.JobPage]) -> JobList:
         """Queued jobs whose run_at is still ahead, soonest first."""
-        return views.scheduled_jobs(self.db, queue=queue, task=task, limit=limit, offset=offset)
+        return views.scheduled_jobs(self.db, **page)
 
-    async def scheduled_async(
-        self,
-        *,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> JobList:
-        return await views.scheduled_jobs_async(
-            self.db, queue=queue, task=task, limit=limit, offset=offset
-        )
+    async def scheduled_async(self, **page: Unpack[views.JobPage]) -> JobList:
+        return await views.scheduled_jobs_async(self.db, **page)
 
     def long_running(
         self, older_than: timedelta = timedelta(minutes=10), leases: int = 10, limit: int = 100

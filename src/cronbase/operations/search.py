@@ -5,7 +5,7 @@ key; scheduled jobs; long-running ones. ``app.jobs`` offers them (``search``, ``
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ..job import Job, JobStatus
 
@@ -13,87 +13,66 @@ if TYPE_CHECKING:
     from ..db.database import Database
 
 
-def _search_params(
-    status: JobStatus | str | None,
-    queue: str | None,
-    task: str | None,
-    search: str | None,
-    limit: int,
-    offset: int,
-) -> dict[str, Any]:
-    term = (search or "").strip() or None
-    return {
-        "status": JobStatus(status).value if status else None,
-        "queue": queue or None,
-        "task": task or None,
-        "search": term,
-        # LIKE's own wildcards in a key are matched literally.
-        "prefix": None
-        if term is None
-        else term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
-        "limit": limit,
-        "offset": offset,
-    }
+class JobPage(TypedDict, total=False):
+    """A page of a job view, typed once for the views and ``app.jobs``; defaults:
+    :func:`page_params` (no filter, 50 jobs, from the first)."""
+
+    queue: str | None  # only this queue
+    task: str | None  # only this task
+    limit: int
+    offset: int
 
 
-def search_jobs(
-    db: Database,
-    *,
-    status: JobStatus | str | None = None,
-    queue: str | None = None,
-    task: str | None = None,
-    search: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[Job]:
-    """Newest first: filtered, and matching ``search`` as a job id or a key (or key prefix)."""
-    params = _search_params(status, queue, task, search, limit, offset)
-    return [Job.from_row(r) for r in db.fetch_all(db.queries.search_jobs, params)]
+class JobSearch(JobPage, total=False):
+    """A page of :func:`search_jobs`: a :class:`JobPage` and what else it filters by."""
+
+    status: JobStatus | str | None  # only jobs in this status
+    search: str | None  # a job id, or a key (or the start of one)
 
 
-async def search_jobs_async(
-    db: Database,
-    *,
-    status: JobStatus | str | None = None,
-    queue: str | None = None,
-    task: str | None = None,
-    search: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[Job]:
-    params = _search_params(status, queue, task, search, limit, offset)
-    return [Job.from_row(r) for r in await db.fetch_all_async(db.queries.search_jobs, params)]
-
-
-def _scheduled_params(
-    queue: str | None, task: str | None, limit: int, offset: int
+def page_params(
+    *, queue: str | None = None, task: str | None = None, limit: int = 50, offset: int = 0
 ) -> dict[str, Any]:
     return {"queue": queue, "task": task, "limit": limit, "offset": offset}
 
 
-def scheduled_jobs(
-    db: Database,
-    *,
-    queue: str | None = None,
-    task: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[Job]:
+def search_params(
+    *, status: JobStatus | str | None = None, search: str | None = None, **page: Unpack[JobPage]
+) -> dict[str, Any]:
+    params = page_params(**page)
+    term = (search or "").strip() or None
+    params.update(
+        status=JobStatus(status).value if status else None,
+        queue=params["queue"] or None,
+        task=params["task"] or None,
+        search=term,
+        # LIKE's own wildcards in a key are matched literally.
+        prefix=None
+        if term is None
+        else term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",
+    )
+    return params
+
+
+def search_jobs(db: Database, **filters: Unpack[JobSearch]) -> list[Job]:
+    """Newest first: filtered, and matching ``search`` as a job id or a key (or key prefix)."""
+    params = search_params(**filters)
+    return [Job.from_row(r) for r in db.fetch_all(db.queries.search_jobs, params)]
+
+
+async def search_jobs_async(db: Database, **filters: Unpack[JobSearch]) -> list[Job]:
+    params = search_params(**filters)
+    return [Job.from_row(r) for r in await db.fetch_all_async(db.queries.search_jobs, params)]
+
+
+def scheduled_jobs(db: Database, **page: Unpack[JobPage]) -> list[Job]:
     """Queued jobs whose run_at is still ahead, soonest first (the Scheduled view)."""
-    params = _scheduled_params(queue, task, limit, offset)
+    params = page_params(**page)
     return [Job.from_row(r) for r in db.fetch_all(db.queries.list_scheduled_jobs, params)]
 
 
-async def scheduled_jobs_async(
-    db: Database,
-    *,
-    queue: str | None = None,
-    task: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[Job]:
-    params = _scheduled_params(queue, task, limit, offset)
-    rows = await db.fetch_all_async(db.queries.list_scheduled_jobs, params)
+async def scheduled_jobs_async(db: Database, **page: Unpack[JobPage]) -> list[Job]:
+    rows = await db.fetch_all_async(db.queries.list_scheduled_jobs, page_params(**page))
     return [Job.from_row(r) for r in rows]
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..durations import span
+
 if TYPE_CHECKING:
     from ..db.database import Database, Row
 
@@ -68,7 +70,7 @@ class XminHolder:
         """One line: what it is and how old."""
         who = f"pid {self.pid}" if self.pid is not None else self.kind
         app = f" ({self.application})" if self.application else ""
-        age = "" if self.age is None else f", transaction open {_age(self.age)}"
+        age = "" if self.age is None else f", transaction open {span(self.age)}"
         state = f", {self.state}" if self.state else ""
         return f"{who}{app}{state}{age}, {self.xid_age} transactions behind"
 
@@ -96,7 +98,7 @@ class Storage:
             return None
         return (
             f"vacuum is held back by {oldest.describe()} (more than "
-            f"{_age(limit.total_seconds())}): dead rows pile up in every table until it ends"
+            f"{span(limit.total_seconds())}): dead rows pile up in every table until it ends"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -114,14 +116,6 @@ def human_bytes(n: int) -> str:
             break
         size /= 1024
     return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def storage(db: Database) -> Storage:

@@ -259,6 +259,20 @@ _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circul
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+# What a value that cannot be stored as JSON raises: the checks' _BadValue, or the encoder's own.
+_UNENCODABLE = (_BadValue, TypeError, ValueError, RecursionError)
+
+
+def _encoded(value: object) -> str:
+    """JSON text by the built-in encoder, of the plain copy when ``value`` holds richer types;
+    one of _UNENCODABLE when it cannot be."""
+    try:
+        _check_value(value)
+        return _ENCODER.encode(value)
+    except _Rich:
+        return _ENCODER.encode(to_plain(value))
+
+
 def encode_payload(
     task: str,
     payload: dict[str, Any],
@@ -276,12 +290,8 @@ def encode_payload(
         )
     if dumps is None:
         try:
-            try:
-                _check_value(payload)
-                text = _ENCODER.encode(payload)
-            except _Rich:
-                text = _ENCODER.encode(to_plain(payload))
-        except (_BadValue, TypeError, ValueError, RecursionError) as exc:
+            text = _encoded(payload)
+        except _UNENCODABLE as exc:
             raise _unstorable(task, exc) from None
     else:
         try:
@@ -289,7 +299,7 @@ def encode_payload(
                 _check_value(payload)
             except _Rich:
                 payload = cast("dict[str, Any]", to_plain(payload))
-        except (_BadValue, TypeError, ValueError, RecursionError) as exc:
+        except _UNENCODABLE as exc:
             raise _unstorable(task, exc) from None
         text = _dump_with(dumps, task, payload)
     # Characters first: a byte count only when the text could be over (UTF-8: 4 at most).
@@ -320,12 +330,8 @@ def encode_value(
     """JSON text of any value a payload may hold; ``error`` starting with ``prefix`` when it
     cannot be stored or is over ``max_bytes`` (``hint`` says what to do then)."""
     try:
-        try:
-            _check_value(value)
-            text = _ENCODER.encode(value)
-        except _Rich:
-            text = _ENCODER.encode(to_plain(value))
-    except (_BadValue, TypeError, ValueError, RecursionError) as exc:
+        text = _encoded(value)
+    except _UNENCODABLE as exc:
         why = (
             exc.describe().removeprefix("payload").lstrip()
             if isinstance(exc, _BadValue)

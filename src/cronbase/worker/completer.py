@@ -305,62 +305,36 @@ class Completer:
 def _log_written(o: Outcome, status: str) -> None:
     """The log line of an outcome written as anything but a success."""
     job = o.job
+    level = logging.INFO
     if o.outcome == "snoozed" and status == "queued" and o.snooze_cap < 0:
-        logger.info(
+        event = "waiting"
+        text = (
             "job %d waits for an effect in progress elsewhere: task=%s, runs again in %.3gs "
-            "(attempt %d not counted): %s",
-            job.id,
-            job.task,
-            o.retry_in,
-            job.attempt,
-            o.error,
-            extra=event_fields(o, "waiting"),
+            "(attempt %d not counted): %s"
         )
+        args: tuple[object, ...] = (job.id, job.task, o.retry_in, job.attempt, o.error)
     elif o.outcome == "snoozed" and status == "queued":
-        logger.info(
-            "job %d snoozed by its handler: task=%s, runs again in %.3gs (attempt %d not counted)",
-            job.id,
-            job.task,
-            o.retry_in,
-            job.attempt,
-            extra=event_fields(o, "snoozed"),
+        event = "snoozed"
+        text = (
+            "job %d snoozed by its handler: task=%s, runs again in %.3gs (attempt %d not counted)"
         )
+        args = (job.id, job.task, o.retry_in, job.attempt)
     elif o.outcome == "suspended" and status == "queued":
-        logger.info(
-            "job %d suspended: task=%s, waits for %s (attempt %d not counted)",
-            job.id,
-            job.task,
-            f"event {o.waiting_for!r}" if o.waiting_for else f"{o.wake_in:.3g}s",
-            job.attempt,
-            extra=event_fields(o, "suspended"),
-        )
+        event = "suspended"
+        text = "job %d suspended: task=%s, waits for %s (attempt %d not counted)"
+        waits = f"event {o.waiting_for!r}" if o.waiting_for else f"{o.wake_in:.3g}s"
+        args = (job.id, job.task, waits, job.attempt)
     elif status == "cancelled":
-        logger.warning(
-            "job %d cancelled by its handler: task=%s attempt=%d reason=%s",
-            job.id,
-            job.task,
-            job.attempt,
-            o.error,
-            extra=event_fields(o, "cancelled"),
-        )
+        level, event = logging.WARNING, "cancelled"
+        text = "job %d cancelled by its handler: task=%s attempt=%d reason=%s"
+        args = (job.id, job.task, job.attempt, o.error)
     elif status == "queued":
-        logger.warning(
-            "job %d attempt %d (%s) handed back, not counted: %s",
-            job.id,
-            job.attempt,
-            job.task,
-            o.error,
-            extra=event_fields(o, "released"),
-        )
+        level, event = logging.WARNING, "released"
+        text = "job %d attempt %d (%s) handed back, not counted: %s"
+        args = (job.id, job.attempt, job.task, o.error)
     else:
-        logger.warning(
-            "job %d %s: task=%s attempt=%d/%d duration=%.3fs error=%s",
-            job.id,
-            "failed, will retry" if status == "failed" else "is dead",
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            o.duration,
-            o.error,
-            extra=event_fields(o, "retried" if status == "failed" else "dead"),
-        )
+        level, event = logging.WARNING, "retried" if status == "failed" else "dead"
+        text = "job %d %s: task=%s attempt=%d/%d duration=%.3fs error=%s"
+        how = "failed, will retry" if status == "failed" else "is dead"
+        args = (job.id, how, job.task, job.attempt, job.max_attempts, o.duration, o.error)
+    logger.log(level, text, *args, extra=event_fields(o, event))

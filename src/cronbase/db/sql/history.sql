@@ -5,13 +5,26 @@
 -- pruner at a time across all workers); the lock is transaction-scoped, so it works through a
 -- transaction pooler. Each returns whether the lock was had, and what it did.
 
+-- fragment: pruner_lock
+-- The maintenance lock, tried (never waited for): `WITH /* include: pruner_lock */, ...`.
+lock AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
+)
+
+-- fragment: prune_default
+-- Up to %(limit)s rows of $table, a default partition (their day had no partition of its own),
+-- that ended more than %($age)s ago, deleted by the caller that got the lock.
+DELETE FROM {schema}.$table WHERE id IN (
+    SELECT id FROM {schema}.$table
+    WHERE (SELECT got FROM lock) AND finished_at < now() - %($age)s::interval
+    LIMIT %(limit)s)
+RETURNING id
+
 -- name: create_history_days
 -- The partitions of the days (UTC) from %(first)s to %(last)s (NULL: yesterday, and a week
 -- ahead), for each status and for job_attempts: how many were new. The days are the database's:
 -- a worker whose clock is wrong makes the right ones.
-WITH lock AS MATERIALIZED (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-)
+WITH /* include: pruner_lock */
 SELECT got AS locked,
        CASE WHEN got THEN {schema}.create_history_days(
            COALESCE(%(first)s::date, (now() AT TIME ZONE 'UTC')::date - 1),
@@ -38,9 +51,7 @@ FROM lock;
 -- or there since before the upgrade), oldest first, moved to the history with their keys (a
 -- keyed job's key must hold on in job_keys once it leaves the live table's unique indexes).
 -- Their attempts are moved by move_legacy_attempts. Rows: the lock, how many moved.
-WITH lock AS MATERIALIZED (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), doomed AS (
+WITH /* include: pruner_lock */, doomed AS (
     SELECT id FROM {schema}.jobs
     WHERE (SELECT got FROM lock) AND status IN ('succeeded', 'dead', 'cancelled')
     ORDER BY finished_at NULLS FIRST
@@ -66,9 +77,7 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM moved)::integer A
 -- name: move_legacy_attempts
 -- Up to %(limit)s rows of job_attempts_legacy (attempts recorded before migration 0015), oldest
 -- first, moved into the partitioned job_attempts. Rows: the lock, how many moved.
-WITH lock AS MATERIALIZED (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), doomed AS (
+WITH /* include: pruner_lock */, doomed AS (
     SELECT id FROM {schema}.job_attempts_legacy
     WHERE (SELECT got FROM lock)
     ORDER BY finished_at
@@ -103,9 +112,7 @@ FROM (
 -- name: prune_job_keys
 -- Up to %(limit)s unique_for keys whose window ended (then free: a new window has a new key).
 -- Rows: the lock, how many went.
-WITH lock AS MATERIALIZED (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), doomed AS (
+WITH /* include: pruner_lock */, doomed AS (
     SELECT key FROM {schema}.job_keys
     WHERE (SELECT got FROM lock) AND expires_at < now()
     LIMIT %(limit)s
@@ -119,13 +126,7 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone)::integer AS
 -- Up to %(limit)s attempts in job_attempts' default partition (their day had no partition) that
 -- ended more than %(older_than)s ago; whole days are dropped (drop_history_days with a NULL
 -- status). Rows: the lock, how many went.
-WITH lock AS MATERIALIZED (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), gone AS (
-    DELETE FROM {schema}.job_attempts_default WHERE id IN (
-        SELECT id FROM {schema}.job_attempts_default
-        WHERE (SELECT got FROM lock) AND finished_at < now() - %(older_than)s::interval
-        LIMIT %(limit)s)
-    RETURNING 1
+WITH /* include: pruner_lock */, gone AS (
+    /* include: prune_default(table=job_attempts_default, age=older_than) */
 )
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone)::integer AS deleted;

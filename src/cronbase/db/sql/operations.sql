@@ -205,26 +205,12 @@ SELECT count(*)::integer AS deleted FROM gone;
 -- with what names them. Run only by the caller that gets the advisory lock, one pruner at a time
 -- across all workers; the lock is transaction-scoped (it ends with this statement), so it works
 -- through a transaction pooler. Rows: whether the lock was had, how many jobs were deleted.
-WITH lock AS (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), succeeded_gone AS (
-    DELETE FROM {schema}.jobs_history_succeeded_default WHERE id IN (
-        SELECT id FROM {schema}.jobs_history_succeeded_default
-        WHERE (SELECT got FROM lock) AND finished_at < now() - %(succeeded)s::interval
-        LIMIT %(limit)s)
-    RETURNING id
+WITH /* include: pruner_lock */, succeeded_gone AS (
+    /* include: prune_default(table=jobs_history_succeeded_default, age=succeeded) */
 ), cancelled_gone AS (
-    DELETE FROM {schema}.jobs_history_cancelled_default WHERE id IN (
-        SELECT id FROM {schema}.jobs_history_cancelled_default
-        WHERE (SELECT got FROM lock) AND finished_at < now() - %(cancelled)s::interval
-        LIMIT %(limit)s)
-    RETURNING id
+    /* include: prune_default(table=jobs_history_cancelled_default, age=cancelled) */
 ), dead_gone AS (
-    DELETE FROM {schema}.jobs_history_dead_default WHERE id IN (
-        SELECT id FROM {schema}.jobs_history_dead_default
-        WHERE (SELECT got FROM lock) AND finished_at < now() - %(dead)s::interval
-        LIMIT %(limit)s)
-    RETURNING id
+    /* include: prune_default(table=jobs_history_dead_default, age=dead) */
 ), gone AS (
     SELECT id FROM succeeded_gone UNION ALL SELECT id FROM cancelled_gone
     UNION ALL SELECT id FROM dead_gone
@@ -258,9 +244,7 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- One retention batch of emitted events older than %(older_than)s, under the same lock as
 -- prune_jobs_exclusive (one pruner at a time; no FOR UPDATE: nothing else updates an event, and
 -- the DELETE locks its rows). Rows: whether the lock was had, how many went.
-WITH lock AS (
-    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
-), doomed AS (
+WITH /* include: pruner_lock */, doomed AS (
     SELECT key FROM {schema}.events
     WHERE (SELECT got FROM lock) AND emitted_at < now() - %(older_than)s::interval
     ORDER BY emitted_at
