@@ -9,7 +9,8 @@
    Heartbeater (renews leases, ``heartbeat.py``), the Reaper (expired leases, ``reaper.py``),
    the overrun watch (handlers past their timeout, ``overruns.py``), the Notifier (LISTEN: wakes
    the loop when jobs are enqueued; none through a transaction pooler without a listen URL), and
-   unless burst, the Scheduler (``schedule/scheduler.py``) and the pruner (``maintenance.py``).
+   unless burst, the Scheduler (``schedule/scheduler.py``) and the retention rounds
+   (``operations/retention.py``).
 2. **Loop** until stopped: *claim* as many due jobs as there are free slots (the Claimer,
    ``claimer.py``: one statement that also writes the successes the Completer holds, the flow
    claim for limited jobs, per-queue slots); *dispatch* each to its own asyncio task
