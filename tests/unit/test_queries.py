@@ -165,3 +165,11 @@ def test_the_claim_statements_share_one_text_but_the_queue_filter() -> None:
     success = "SELECT done.id, done.task, done.queue, done.payload, 'succeeded',"
     assert [q.claim_jobs.decode().count(success), q.complete_jobs.decode().count(success)] == [1, 1]
     assert success not in q.finish_jobs.decode()
+
+
+def test_the_reads_of_the_history_and_only_they_run_with_jit_off() -> None:
+    q = Queries.for_schema("cronbase")
+    for read in ("get_job", "list_jobs", "search_jobs", "job_graph", "queue_overview"):
+        assert getattr(q, read) in q.history_reads, read
+    for hot in ("claim_jobs", "complete_jobs", "finish_jobs", "insert_job", "heartbeat_jobs"):
+        assert getattr(q, hot) not in q.history_reads, hot

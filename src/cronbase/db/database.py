@@ -52,6 +52,10 @@ def resolve_pooler(pooler: str | None) -> Pooler:
     raise ConfigurationError(f"unknown pooler {value!r}; one of: {', '.join(POOLERS)}")
 
 
+# Database.history_reads run with it (Queries.history_reads says why).
+_JIT_OFF = b"SET LOCAL jit = off"
+
+
 class DatabaseOptions(TypedDict, total=False):
     """:class:`Database`'s settings but its URL, typed once: ``App(database_url, **options)``
     takes them and passes them on (their defaults and meaning: Database's)."""
@@ -308,8 +312,13 @@ class Database:
     def fetch_all(self, query: bytes, params: Params = None) -> list[Row]:
         """Run a statement on the pool; dict rows."""
         with self.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(query, params)
-            return cur.fetchall() if cur.description else []
+            if query not in self.queries.history_reads:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description else []
+            with conn.transaction():  # SET LOCAL: through a transaction pooler too
+                cur.execute(_JIT_OFF)
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description else []
 
     def fetch_one(self, query: bytes, params: Params = None) -> Row | None:
         rows = self.fetch_all(query, params)
@@ -318,8 +327,13 @@ class Database:
     async def fetch_all_async(self, query: bytes, params: Params = None) -> list[Row]:
         async_pool = await self.async_pool()
         async with async_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(query, params)
-            return await cur.fetchall() if cur.description else []
+            if query not in self.queries.history_reads:
+                await cur.execute(query, params)
+                return await cur.fetchall() if cur.description else []
+            async with conn.transaction():  # as in fetch_all
+                await cur.execute(_JIT_OFF)
+                await cur.execute(query, params)
+                return await cur.fetchall() if cur.description else []
 
     async def fetch_one_async(self, query: bytes, params: Params = None) -> Row | None:
         rows = await self.fetch_all_async(query, params)

@@ -264,11 +264,25 @@ class Queries:
         self.done_channel = done_channel_name(schema)
         for name, template in self.templates.items():
             setattr(self, name, render(template, schema))
+        # The reads of the history (its views, or the partitioned table itself). Their plans
+        # span every partition (~120 at a month of history), so the planner's cost passes
+        # jit_above_cost and PostgreSQL compiled a 1 ms read for seconds, tens of seconds on a
+        # busy host (bench/README.md, "History at scale"): Database runs them with JIT off.
+        self.history_reads = frozenset(
+            getattr(self, name)
+            for name, template in self.templates.items()
+            if _HISTORY_READ.search(template) and not name.startswith(_WRITERS)
+        )
 
     @staticmethod
     @functools.cache
     def for_schema(schema: str) -> Queries:
         return Queries(schema)
+
+
+_HISTORY_READ = re.compile(r"\b(jobs_all|job_attempts_all|FROM \{schema\}\.jobs_history)\b")
+# Statements that write (claims, outcomes, moves, retention) keep the server's JIT setting.
+_WRITERS = ("claim_", "complete_", "finish_", "reap_", "release_", "move_", "prune_", "drop_")
 
 
 def _check_names() -> dict[str, str]:

@@ -48,13 +48,16 @@ FROM lock;
 
 -- name: move_finished_jobs
 -- Up to %(limit)s finished jobs still in the live table (written in place by a previous release,
--- or there since before the upgrade), oldest first, moved to the history with their keys (a
--- keyed job's key must hold on in job_keys once it leaves the live table's unique indexes).
--- Their attempts are moved by move_legacy_attempts. Rows: the lock, how many moved.
+-- or there since before the upgrade), moved to the history with their keys (a keyed job's key
+-- must hold on in job_keys once it leaves the live table's unique indexes). Their attempts are
+-- moved by move_legacy_attempts. Rows: the lock, how many moved.
+-- In id order, along the primary key: a walk that stops after %(limit)s rows (the index entries
+-- of rows already moved are marked dead as it passes). Ordered by finished_at, which no index
+-- serves, each batch sorted every finished row left: 1 million rows moved in 181 s, quadratic.
 WITH /* include: pruner_lock */, doomed AS (
     SELECT id FROM {schema}.jobs
     WHERE (SELECT got FROM lock) AND status IN ('succeeded', 'dead', 'cancelled')
-    ORDER BY finished_at NULLS FIRST
+    ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), gone AS (
@@ -80,7 +83,7 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM moved)::integer A
 WITH /* include: pruner_lock */, doomed AS (
     SELECT id FROM {schema}.job_attempts_legacy
     WHERE (SELECT got FROM lock)
-    ORDER BY finished_at
+    ORDER BY id  -- the primary key's order, as move_finished_jobs
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), gone AS (
