@@ -79,7 +79,7 @@ def preload(url: str, n: int) -> None:
 
 def count_done(url: str) -> int:
     return harness.count(
-        url, "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded' AND task = 'noop'"
+        url, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded' AND task = 'noop'"
     )
 
 

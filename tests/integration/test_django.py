@@ -67,7 +67,9 @@ def migrated_url(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture
 def migrated(migrated_url: str, tmp_path: Path) -> Site:
     with psycopg.connect(migrated_url, autocommit=True) as conn:
-        conn.execute("TRUNCATE cronbase.jobs, cronbase.jobs_history, shop_order, shop_summary RESTART IDENTITY CASCADE")
+        conn.execute(
+            "TRUNCATE cronbase.jobs, cronbase.jobs_history, shop_order, shop_summary RESTART IDENTITY CASCADE"
+        )
     return Site(migrated_url, tmp_path)
 
 
