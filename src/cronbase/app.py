@@ -18,7 +18,7 @@ from .durations import DurationLike, duration, optional_duration
 from .effects import Effects
 from .enqueue.insert import JobOptions
 from .errors import ConfigurationError, PayloadError
-from .flow import Rate, TaskFlow
+from .flow import Rate, TaskFlow, check_fair_key
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
 from .job import Payload
 from .operations.audit import Audit
@@ -165,6 +165,7 @@ class App:
         concurrency_key: str | None = None,
         key_concurrency: int | None = None,
         rate_limit: str | Rate | None = None,
+        fair_key: str | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dont_retry_on: tuple[type[BaseException], ...] = (),
         max_snoozes: int = 100,
@@ -188,6 +189,7 @@ class App:
         concurrency_key: str | None = None,
         key_concurrency: int | None = None,
         rate_limit: str | Rate | None = None,
+        fair_key: str | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         dont_retry_on: tuple[type[BaseException], ...] = (),
         max_snoozes: int = 100,
@@ -200,7 +202,9 @@ class App:
         Flow control: ``global_concurrency`` (running jobs of the task, fleet-wide),
         ``concurrency_key`` (a template over the payload, ``"tenant:{tenant_id}"``) with
         ``key_concurrency`` (running jobs per key), ``rate_limit`` (``"100/minute"``: starts in
-        any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
+        any window, per key when the task has a concurrency_key). Fair share: ``fair_key``
+        (a template over the payload, ``"{tenant_id}"``): due jobs are claimed round robin
+        across the keys of the job's queue, weighted by ``app.queues.set_weight``. Steering: ``retry_on`` /
         ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
         ``unique_key``): one job per window. ``isolation="process"``: a sync handler runs in a
         child process, killed at its ``timeout`` (a thread cannot be stopped). Durations
@@ -228,6 +232,7 @@ class App:
                 key_concurrency=key_concurrency,
                 rate_limit=rate_limit,
             )
+            fair = check_fair_key(task_name, fair_key, flow)
             defaults = TaskDefaults(
                 queue=queue,
                 priority=priority,
@@ -236,6 +241,7 @@ class App:
                 retry=retry or Backoff(),
                 timeout=timeout,
                 flow=flow,
+                fair_key=fair,
                 retry_on=retry_on,
                 dont_retry_on=dont_retry_on,
                 max_snoozes=max_snoozes,

@@ -99,6 +99,9 @@ class TaskDefaults:
     timeout: timedelta | None = None
     # Global concurrency and rate limits (flow.py); None: the task is unlimited.
     flow: TaskFlow | None = None
+    # Fair share: a template over the payload naming the job's key; due jobs are claimed round
+    # robin across keys (db/sql/fair.sql). None: the task is not fair.
+    fair_key: str | None = None
     # Which exceptions are retried: one outside retry_on (when given) or inside dont_retry_on
     # sends the job dead at once (dont_retry_on wins).
     retry_on: tuple[type[BaseException], ...] | None = None
@@ -312,6 +315,7 @@ class Task(Generic[P, R]):
             max_attempts=d.max_attempts,
             lease=d.lease,
             flow=d.flow,
+            fair_key=d.fair_key,
             unique_for=d.unique_for,
             unique_key=d.unique_key,
         )

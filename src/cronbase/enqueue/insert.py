@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow, tuple_row
 from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, check_key, check_name
 from ..db.connections import async_connection, sync_connection
 from ..errors import CronbaseError
-from ..flow import TaskFlow, render_key
+from ..flow import TaskFlow, fair_scope, render_key
 from ..job import Payload
 from ..payload.encode import JSONDumps
 from ..payload.encode import (
@@ -61,6 +61,8 @@ class JobOptions:
     # The task's limits (flow.py) and this job's concurrency key, when configure gave one.
     flow: TaskFlow | None = None
     concurrency_key: str | None = None
+    # The task's fair_key template (fair share between keys: db/sql/fair.sql); None: not fair.
+    fair_key: str | None = None
     # One job per task, key (unique_key, a template over the payload) and window of unique_for.
     unique_for: timedelta | None = None
     unique_key: str | None = None
@@ -149,8 +151,17 @@ class JobOptions:
             "unique_seconds": None,
         }
 
-    def flow_key(self, payload: Payload) -> str | None:
-        """The job's limit scope (jobs.flow_key); None for an unlimited task."""
+    @property
+    def has_flow_key(self) -> bool:
+        """Whether the task's jobs carry a flow_key: a limited or a fair task."""
+        return self.flow is not None or self.fair_key is not None
+
+    def flow_key(self, payload: Payload, task: str = "") -> str | None:
+        """The job's claim scope (jobs.flow_key): its limit scope, or its fair key's scope;
+        None for any other task (the plain claim takes its jobs)."""
+        if self.fair_key is not None:
+            key = render_key(task, self.fair_key, payload, "fair_key")
+            return fair_scope(self.queue, key)
         flow = self.flow
         return None if flow is None else flow.scope(payload, self.concurrency_key)
 
@@ -178,8 +189,8 @@ def build_insert(
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)
-    if opts.flow is not None:
-        params["flow_key"] = opts.flow_key(payload)
+    if opts.has_flow_key:
+        params["flow_key"] = opts.flow_key(payload, task)
     if not opts.has_keys:
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
@@ -219,7 +230,7 @@ def build_insert_many(
     params = opts.insert_params.copy()
     params["task"] = task
     params["payloads"] = [encode_payload(task, p, max_bytes, dumps) for p in payloads]
-    params["flow_keys"] = None if opts.flow is None else [opts.flow_key(p) for p in payloads]
+    params["flow_keys"] = [opts.flow_key(p, task) for p in payloads] if opts.has_flow_key else None
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)

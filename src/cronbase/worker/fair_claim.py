@@ -1,0 +1,66 @@
+"""The claim of fair jobs (``db/sql/fair.sql`` says how keys share the slots and why it is
+race-free): its parameters and its one statement, which also carries the waiting successes.
+
+A worker runs it only when it has a task with a ``fair_key``; otherwise its claim is the plain
+one, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .claim import ClaimedJob, ClaimResult, Loads, column_names, done_params, read_rows
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..db.queries import Queries
+    from ..task import Task
+
+
+def fair_tasks(tasks: Mapping[str, Task[Any, Any]]) -> frozenset[str]:
+    """The tasks whose jobs the fair claim takes (those with a fair_key)."""
+    return frozenset(name for name, t in tasks.items() if t.defaults.fair_key is not None)
+
+
+def fair_params(
+    *,
+    done: Sequence[ClaimedJob] = (),
+    limit: int,
+    worker: str,
+    tasks: Sequence[str] | None,
+    queues: Sequence[str] | None,
+) -> dict[str, Any]:
+    """Parameters of claim_fair_jobs: successes to write (``done``), up to ``limit`` fair jobs of
+    ``tasks`` (None: any) in ``queues`` (None: all) to lease."""
+    return {
+        **done_params(done),
+        "limit": limit,
+        "worker": worker,
+        "tasks": list(tasks) if tasks is not None else None,
+        "queues": list(queues) if queues is not None else None,
+    }
+
+
+async def claim_fair_jobs(
+    conn: psycopg.AsyncConnection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    loads: Loads = json.loads,
+) -> ClaimResult:
+    """Run the fair claim on ``conn`` (params from :func:`fair_params`)."""
+    cur = await conn.execute(queries.claim_fair_jobs, params)
+    return read_rows(await cur.fetchall(), column_names(cur), loads)
+
+
+def claim_fair_jobs_sync(
+    conn: psycopg.Connection[Any],
+    queries: Queries,
+    params: dict[str, Any],
+    loads: Loads = json.loads,
+) -> ClaimResult:
+    """The sync twin of :func:`claim_fair_jobs`, for tests and the bench."""
+    cur = conn.execute(queries.claim_fair_jobs, params)
+    return read_rows(cur.fetchall(), column_names(cur), loads)
