@@ -205,3 +205,35 @@ def test_the_busiest_keys_are_listed(app: cronbase.App, db: psycopg.Connection[A
     claim(app, db, 2)
     keys = [(k.key, k.waiting, k.running, k.weight) for k in app.queues.fair_keys("default")]
     assert keys == [("a", 4, 1, 1.0), ("b", 1, 1, 1.0), ("idle", 0, 0, 3.0)]
+
+
+def test_a_worker_runs_fair_plain_and_limited_jobs_together(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    ran: list[str] = []
+
+    @app.task(fair_key="{tenant}")
+    def fair(tenant: str) -> None:
+        ran.append(f"fair:{tenant}")
+
+    @app.task
+    def plain() -> None:
+        ran.append("plain")
+
+    @app.task(global_concurrency=1)
+    def limited() -> None:
+        ran.append("limited")
+
+    fair.defer_many([{"tenant": t} for t in ("a", "a", "a", "b")])
+    plain.defer()
+    limited.defer()
+    app.run_worker(concurrency=3, burst=True, install_signal_handlers=False)
+    assert sorted(ran) == ["fair:a", "fair:a", "fair:a", "fair:b", "limited", "plain"]
+    assert db.execute(
+        "SELECT count(*) FROM cronbase.jobs WHERE status = 'succeeded'"
+    ).fetchone() == (6,)
+    # The successes the fair claim carried were written (no job left running).
+    assert db.execute("SELECT scope, claimed FROM cronbase.fair_keys ORDER BY 1").fetchall() == [
+        ("fair:default|a", 3),
+        ("fair:default|b", 1),
+    ]
