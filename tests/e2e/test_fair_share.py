@@ -4,6 +4,7 @@ frees, not after a's backlog, and every job runs exactly once."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.e2e.fair_app import FAIR_TABLE, make_fair_app
 from tests.e2e.harness import WorkerProcesses, is_registered
+from tests.e2e.test_cli import cronbase, ok
 from tests.servers import PgBouncer, PostgresCluster
 from tests.servers import make_cluster as make_cluster
 from tests.servers import make_pgbouncer as make_pgbouncer
@@ -89,3 +91,25 @@ def test_fair_share_through_a_transaction_pooler(
     drain_a_backlog_and_a_few(
         pooler.url("app"), direct, tmp_path, {"CRONBASE_POOLER": "transaction"}
     )
+
+
+def test_the_cli_sets_weights_and_shows_the_busiest_keys(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    app = make_fair_app(database_url)
+    task = app.get_task("import_row")
+    task.defer_many([{"tenant": "a", "n": n, "ms": 0} for n in range(3)])
+    task.defer(tenant="b", n=0, ms=0)
+    app.close()
+    out = ok(cronbase(database_url, "queues", "weight", "default", "b", "2.5"))
+    assert out.strip() == "queue 'default': fair key 'b' has weight 2.5"
+    shown = json.loads(ok(cronbase(database_url, "queues", "fair", "default", "--json")))
+    assert [(k["key"], k["waiting"], k["weight"]) for k in shown] == [("a", 3, 1.0), ("b", 1, 2.5)]
+    assert "share" in ok(cronbase(database_url, "queues", "fair"))
+    bad = cronbase(database_url, "queues", "weight", "default", "b", "nan")
+    assert bad.returncode != 0
+    assert "weight must be a number above 0" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    audit = db.execute("SELECT action, actor FROM cronbase.audit_log").fetchall()
+    assert [action for action, _ in audit] == ["queue.weight"]
+    assert audit[0][1].startswith("cli:")

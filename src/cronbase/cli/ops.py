@@ -15,7 +15,7 @@ from ..checks import check_name
 from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
-from ..operations.queues import QueueState, limit_params, rate_params
+from ..operations.queues import FairKey, QueueState, limit_params, rate_params, weight_params
 from ..operations.retention import PRUNABLE
 from ..operations.stats import WINDOWS, Overview
 from .common import (
@@ -236,6 +236,70 @@ def rate_queue(settings: Settings, name: str, rate: str, force: bool) -> None:
     known_queue(app, name, force)
     state = app.queues.set_rate(name, None if rate.lower() == "none" else rate, actor=cli_actor())
     click.echo(describe_queue(state))
+
+
+def _weight_value(value: str) -> float | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a number (or none to go back to 1)", param_hint="WEIGHT"
+        ) from None
+
+
+@queues.command("weight")
+@click.argument("name")
+@click.argument("key")
+@click.argument("weight")
+@click.option("--force", is_flag=True, help="Even if no task, job or worker uses the queue.")
+@click.pass_obj
+def weight_queue(settings: Settings, name: str, key: str, weight: str, force: bool) -> None:
+    """Give fair key KEY of queue NAME a share of WEIGHT: 2 gets twice the claims of a key of
+    weight 1 (the default) while both have due jobs; none goes back to 1."""
+    app = settings.app()
+    value = _weight_value(weight)
+    weight_params(name, key, value)  # a bad name or weight is refused as such first
+    known_queue(app, name, force)
+    got = app.queues.set_weight(name, key, value, actor=cli_actor())
+    click.echo(f"queue {name!r}: fair key {key!r} has weight {got:g}")
+
+
+def fair_table(keys: list[FairKey]) -> Table:
+    """The busiest fair keys: backlog, running jobs and their share of the running ones."""
+    running = sum(k.running for k in keys) or 1
+    table = Table(box=None)
+    for column in ("queue", "key", "waiting", "running", "share", "weight", "claimed"):
+        table.add_column(column, justify="left" if column in ("queue", "key") else "right")
+    for k in keys:
+        table.add_row(
+            k.queue,
+            k.key,
+            str(k.waiting),
+            str(k.running),
+            f"{k.running / running:.0%}",
+            f"{k.weight:g}",
+            str(k.claimed),
+        )
+    return table
+
+
+@queues.command("fair")
+@click.argument("name", required=False)
+@click.option("--limit", default=20, show_default=True, help="How many keys to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def fair_queue(settings: Settings, name: str | None, limit: int, as_json: bool) -> None:
+    """The busiest fair keys (of queue NAME, or all): waiting and running jobs, each key's share
+    of the running ones, weight, and jobs claimed so far."""
+    if name is not None:
+        check_name("queue", name)
+    keys = settings.app().queues.fair_keys(name, limit=limit)
+    if as_json:
+        click.echo(json.dumps([k.__dict__ for k in keys]))
+        return
+    console().print(fair_table(keys))
 
 
 @queues.command("pause")
