@@ -13,10 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from cronbase_subject import count_done, preload, reset, setup
 
 import cronbase
 from cronbase.worker.claim import claim_jobs_sync, claim_params
+
+from .cronbase_subject import count_done, preload, reset, setup
 
 NAME = "cronbase SQL, no library"
 
