@@ -13,7 +13,9 @@ import pytest
 
 import cronbase
 from cronbase.worker.claim import ClaimResult
-from cronbase.worker.fair_claim import claim_fair_jobs_sync, fair_params
+from cronbase.worker.fair_claim import SCAN_KEYS, claim_fair_jobs_sync, fair_params
+
+_cursors: dict[str, str | None] = {}
 
 
 def claim(
@@ -24,8 +26,22 @@ def claim(
     worker: str = "w1",
     queues: list[str] | None = None,
 ) -> ClaimResult:
-    params = fair_params(limit=limit, worker=worker, tasks=sorted(app.tasks), queues=queues)
-    return claim_fair_jobs_sync(conn, app.queries, params)
+    """One claim, as worker ``worker`` makes it (its cursor kept between claims)."""
+    params = fair_params(
+        limit=limit,
+        worker=worker,
+        tasks=sorted(app.tasks),
+        queues=queues,
+        after=_cursors.get(worker),
+    )
+    result = claim_fair_jobs_sync(conn, app.queries, params)
+    _cursors[worker] = result.cursor
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cursors() -> None:
+    _cursors.clear()
 
 
 def tenants(result: ClaimResult) -> list[str]:
@@ -237,3 +253,49 @@ def test_a_worker_runs_fair_plain_and_limited_jobs_together(
         ("fair:default|a", 3),
         ("fair:default|b", 1),
     ]
+
+
+def test_many_keys_take_turns_and_a_new_key_is_found_soon(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    @app.task(fair_key="{tenant}")
+    def work(tenant: str, n: int) -> None: ...
+
+    # More keys than one claim looks at in the jobs index (SCAN_KEYS): each claim sees a window.
+    keys = 4 * SCAN_KEYS
+    work.defer_many([{"tenant": f"t{k:03}", "n": n} for k in range(keys) for n in range(5)])
+    got: Counter[str] = Counter()
+    for _ in range(keys // 10):
+        got.update(tenants(claim(app, db, 10)))
+    assert max(got.values()) - min(got[f"t{k:03}"] for k in range(keys)) <= 2, got
+    # A newcomer is seen within keys / SCAN_KEYS claims, and served at once.
+    work.defer_many([{"tenant": "new", "n": n} for n in range(3)])
+    claims = 0
+    while "new" not in tenants(claim(app, db, 10)):
+        claims += 1
+        assert claims <= keys // SCAN_KEYS + 1
+    # Everything is claimed once in the end.
+    while claim(app, db, 10).jobs:
+        pass
+    assert db.execute(
+        "SELECT count(*) FROM cronbase.jobs WHERE status <> 'running'"
+    ).fetchone() == (0,)
+
+
+def test_a_key_whose_jobs_are_not_due_turns_idle_and_comes_back_when_due(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    @app.task(fair_key="{tenant}")
+    def work(tenant: str, n: int) -> None: ...
+
+    work.defer_many([{"tenant": "a", "n": n} for n in range(3)])
+    work.configure(delay=3600).defer(tenant="later", n=0)
+    assert tenants(claim(app, db, 10)) == ["a", "a", "a"]
+    result = claim(app, db, 10)
+    assert result.jobs == []
+    idle = dict(db.execute("SELECT scope, is_idle FROM cronbase.fair_keys").fetchall())
+    # a ran out: idle. later was seen with no due job: nothing written for it.
+    assert idle == {"fair:default|a": True}
+    assert result.held == 1
+    db.execute("UPDATE cronbase.jobs SET run_at = now() WHERE payload->>'tenant' = 'later'")
+    assert tenants(claim(app, db, 10)) == ["later"]

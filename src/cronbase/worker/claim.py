@@ -43,8 +43,9 @@ CLAIMED_COLUMNS = (
     "flow_key",
 )
 # What a claim's summary row (its job columns NULL) may carry: the successes it wrote
-# (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs).
-SUMMARY_COLUMNS = ("written", "held", "open_in")
+# (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs), keys
+# turned idle and where the next claim looks for keys (claim_fair_jobs).
+SUMMARY_COLUMNS = ("written", "held", "open_in", "cursor")
 
 
 @dataclass(eq=False)
@@ -94,6 +95,7 @@ class ClaimResult:
     written_ids: list[int]
     held: int = 0
     open_in: float | None = None
+    cursor: str | None = None
 
 
 def claim_params(
@@ -176,6 +178,8 @@ def read_rows(
                 result.held = row[summary["held"]] or 0
             if "open_in" in summary:
                 result.open_in = row[summary["open_in"]]
+            if "cursor" in summary:
+                result.cursor = row[summary["cursor"]]
             continue
         (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, key) = (
             job_columns(row)

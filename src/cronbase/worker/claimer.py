@@ -59,6 +59,7 @@ class Claimer:
         # claim is skipped (but for carrying successes) when it has nothing else.
         self._fair = fair_tasks(tasks)
         self._has_plain = len(self._fair) < len(tasks)
+        self._fair_after: str | None = None
         # Flow control: the limits this worker's tasks declare, the limited queues it serves
         # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
         # robin, and when to look again for jobs a limit held back (None: on usual wake-ups).
@@ -127,12 +128,17 @@ class Claimer:
                 worker=self._worker_id,
                 tasks=sorted(self._fair),
                 queues=queues,
+                after=self._fair_after,
             )
             async with self._pool.connection() as conn:
                 result = await claim_fair_jobs(conn, self._db.queries, params, self._db.json_loads)
             carried.written = result.written_ids
         for bad in result.undecodable:
             self._completer.add(undecodable(bad))
+        self._fair_after = result.cursor
+        if result.held and not result.jobs:
+            # Keys thought busy had no due job (now idle): the next keys may have some.
+            self.retry_in = min(FLOW_CONTENDED_RETRY, self.retry_in or FLOW_CONTENDED_RETRY)
         return result.jobs
 
     async def _claim_plain(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from ..task import Task
 
 
+# Keys of the jobs index a claim looks at (new keys, keys back from idle): a key is seen within
+# (keys / SCAN_KEYS) claims. Busy keys a claim probes for a due job: twice its slots, so keys
+# that went idle cannot crowd out the ones with work.
+SCAN_KEYS = 32
+PROBE_FACTOR = 2
+
+
 def fair_tasks(tasks: Mapping[str, Task[Any, Any]]) -> frozenset[str]:
     """The tasks whose jobs the fair claim takes (those with a fair_key)."""
     return frozenset(name for name, t in tasks.items() if t.defaults.fair_key is not None)
@@ -32,12 +39,17 @@ def fair_params(
     worker: str,
     tasks: Sequence[str] | None,
     queues: Sequence[str] | None,
+    after: str | None = None,
 ) -> dict[str, Any]:
     """Parameters of claim_fair_jobs: successes to write (``done``), up to ``limit`` fair jobs of
-    ``tasks`` (None: any) in ``queues`` (None: all) to lease."""
+    ``tasks`` (None: any) in ``queues`` (None: all) to lease; ``after``: where the last claim's
+    look at the jobs index ended (its ``cursor``)."""
     return {
         **done_params(done),
         "limit": limit,
+        "probe": max(limit, 1) * PROBE_FACTOR,
+        "scan": SCAN_KEYS,
+        "after": after or "",
         "worker": worker,
         "tasks": list(tasks) if tasks is not None else None,
         "queues": list(queues) if queues is not None else None,

@@ -11,14 +11,17 @@ CREATE TABLE {schema}.fair_keys (
     weight     float8      NOT NULL DEFAULT 1
                            CHECK (weight > 0 AND weight < 'Infinity'::float8),
     pass       float8      NOT NULL DEFAULT 0,
+    next_pass  float8      NOT NULL GENERATED ALWAYS AS (pass + 1 / weight) STORED,
     claimed    bigint      NOT NULL DEFAULT 0,
     is_idle    boolean     NOT NULL DEFAULT false,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The keys a claim may mark idle (those that were busy at the last claim) are few: a partial
--- index keeps that look-up small however many keys have ever been seen.
-CREATE INDEX fair_keys_busy_idx ON {schema}.fair_keys (scope) WHERE NOT is_idle;
+-- The order a claim serves busy keys in (the next pass each would reach) and the clock (their
+-- lowest pass): read from two partial indexes, so a claim reads a few rows however many keys
+-- have ever been seen.
+CREATE INDEX fair_keys_next_idx ON {schema}.fair_keys (next_pass) WHERE NOT is_idle;
+CREATE INDEX fair_keys_pass_idx ON {schema}.fair_keys (pass) WHERE NOT is_idle;
 
 COMMENT ON TABLE {schema}.fair_keys IS
     'Fair share (fair_key tasks): each key''s place in the round robin and its weight. Written by claim_fair_jobs (pass, claimed, is_idle) and by operators (weight: app.queues.set_weight).';
@@ -31,11 +34,15 @@ COMMENT ON COLUMN {schema}.fair_keys.pass IS
 COMMENT ON COLUMN {schema}.fair_keys.claimed IS
     'Jobs of the key claimed so far (the dashboard shows each key''s share from it).';
 COMMENT ON COLUMN {schema}.fair_keys.is_idle IS
-    'True once a claim found no waiting job of the key: its next claim starts it at the busy keys'' lowest pass.';
+    'True once a claim found no due job of the key: when a claim finds it again with jobs, it starts at the busy keys'' lowest pass.';
 COMMENT ON COLUMN {schema}.fair_keys.updated_at IS
     'When a claim or an operator last wrote the row.';
-COMMENT ON INDEX {schema}.fair_keys_busy_idx IS
-    'Keys not idle: the ones a claim checks for having gone idle.';
+COMMENT ON COLUMN {schema}.fair_keys.next_pass IS
+    'pass + 1 / weight (generated): where one more claim would put the key; claims serve the lowest first.';
+COMMENT ON INDEX {schema}.fair_keys_next_idx IS
+    'Busy keys by next_pass: the keys a claim looks at first.';
+COMMENT ON INDEX {schema}.fair_keys_pass_idx IS
+    'Busy keys by pass: the clock (their lowest pass), where a fresh key starts.';
 COMMENT ON COLUMN {schema}.jobs.flow_key IS
     'The claim scope of a limited or fair job: ''key:<task>|<key>'' (concurrency_key), ''task:<task>'' (global_concurrency, rate_limit) or ''fair:<queue>|<key>'' (fair_key: claim_fair_jobs); NULL for any other job, which the plain claim takes. Set at defer.';
 COMMENT ON INDEX {schema}.jobs_flow_due_idx IS

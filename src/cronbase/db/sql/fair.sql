@@ -21,54 +21,73 @@
 
 -- name: claim_fair_jobs
 -- Record this worker's waiting successes (as claim_jobs does: one round trip) and lease up to
--- %(limit)s due fair jobs, round robin by pass across their keys.
--- 1. scopes: the fair keys with waiting jobs, from jobs_flow_due_idx by a skip scan (one probe
---    per key however long its backlog; 'fair:' sorts before the limited scopes 'key:', 'task:',
---    so the range holds only fair ones). ~1 ms per 1,000 keys (bench/README.md).
--- 2. clock: the virtual time now, the lowest pass of the keys that were busy at the last claim.
---    A key with no row yet, or marked idle, starts there: no credit banked while it was idle
---    (else a returning key would take every slot until it caught up). It wins ties (`fresh`):
---    else the key holding the lowest pass, which sets the clock, would win them for good.
--- 3. ordered / served: keys by their next tag (pass + 1 / weight); only keys with a due job this
---    worker runs are served, checked in that order until %(limit)s are found (the MATERIALIZED
---    CTE keeps its order for the scan above it: keys past the first few are never probed).
--- 4. quota: how many of the slots each served key gets: the %(limit)s smallest tags
---    pass + i / weight (i = 1, 2, ...) over the served keys, the weighted round robin of one
---    claim.
+-- %(limit)s due fair jobs, round robin by pass across their keys. The cost does not grow with
+-- the number of keys: a claim reads the %(probe)s busy keys with the lowest next pass (an index)
+-- and %(scan)s keys of the jobs index, never all of them.
+-- 1. found: the next %(scan)s fair keys with waiting jobs after %(after)s (this worker's cursor,
+--    handed back in `cursor`; NULL when the window reached the end: start again), from
+--    jobs_flow_due_idx by a skip scan: one probe per key however long its backlog. 'fair:'
+--    sorts before the limited scopes ('key:', 'task:'), so the range holds only fair ones. This
+--    is how a key new or back from idle is seen: within (keys / %(scan)s) claims of any worker.
+-- 2. clock: the virtual time now, the lowest pass of the busy keys (fair_keys_pass_idx). A key
+--    found with no row yet, or idle, starts there (`fresh`): no credit banked while it was idle
+--    (else a returning key would take every slot until it caught up). It wins ties: else the
+--    key holding the lowest pass, which sets the clock, would win them for good.
+-- 3. candidates / probed: the %(probe)s busy keys with the lowest next pass (pass + 1 / weight,
+--    fair_keys_next_idx) and the fresh keys found, in that order, each probed for a due job of
+--    this worker's tasks and queues (one index probe: a scalar sub-select with ORDER BY and
+--    LIMIT 1; EXISTS became a semi-join hashing every waiting job, 12 ms at 20,000 jobs).
+-- 4. served / quota: of the keys with a due job, the %(limit)s smallest tags pass + i / weight
+--    (i = 1, 2, ...): the weighted round robin of one claim, as slots per key.
 -- 5. picked: per key, its quota of jobs in priority order, FOR UPDATE SKIP LOCKED inside the
---    LATERAL (so workers claiming the same key at once take different jobs; a key alone keeps
+--    LATERAL (workers claiming the same key at once take different jobs: a key alone keeps
 --    every worker busy). A claim may take fewer than %(limit)s (jobs locked by another claim).
--- 6. advanced: the passes of the keys claimed from, and keys with no waiting job marked idle.
+-- 6. advanced: keys claimed from advance; fresh keys found join the busy ones at the clock;
+--    busy keys probed without a due job turn idle (counted in `held`: a claim that took nothing
+--    but did that is tried again at once, the next keys may have work). Rows in scope order, so
+--    two claims never deadlock. A key marked idle by a claim whose snapshot missed a job
+--    committed meanwhile is found again by the window: its jobs wait, they are never stranded.
 WITH RECURSIVE finished AS (
     /* include: complete_jobs */
-), scopes(k) AS (
-    SELECT min(flow_key) FROM {schema}.jobs
-    WHERE status IN ('queued', 'failed') AND flow_key > 'fair:' AND flow_key < 'fair;'
+), found(k, n) AS (
+    SELECT (SELECT min(flow_key) FROM {schema}.jobs
+            WHERE status IN ('queued', 'failed')
+              AND flow_key > greatest(%(after)s::text, 'fair:') AND flow_key < 'fair;'), 1
     UNION ALL
     SELECT (SELECT min(flow_key) FROM {schema}.jobs
-            WHERE status IN ('queued', 'failed') AND flow_key > s.k AND flow_key < 'fair;')
-    FROM scopes s WHERE s.k IS NOT NULL
-), waiting AS MATERIALIZED (
-    SELECT s.k AS scope, f.pass, coalesce(f.weight, 1) AS weight, f.is_idle
-    FROM scopes s LEFT JOIN {schema}.fair_keys f ON f.scope = s.k
-    WHERE s.k IS NOT NULL
+            WHERE status IN ('queued', 'failed') AND flow_key > f.k AND flow_key < 'fair;'),
+           f.n + 1
+    FROM found f WHERE f.k IS NOT NULL AND f.n < %(scan)s
 ), clock AS MATERIALIZED (
-    SELECT coalesce(min(pass) FILTER (WHERE NOT is_idle), max(pass), 0) AS v FROM waiting
-), ordered AS MATERIALIZED (
-    SELECT w.scope, w.weight, e.pass, w.is_idle IS NOT FALSE AS fresh
-    FROM waiting w CROSS JOIN clock c
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN w.is_idle IS FALSE THEN w.pass ELSE greatest(w.pass, c.v) END AS pass
-    ) e
-    ORDER BY e.pass + 1 / w.weight, fresh DESC, w.scope
-), served AS MATERIALIZED (
-    SELECT o.scope, o.weight, o.pass, o.fresh FROM ordered o
-    WHERE EXISTS (
-        SELECT FROM {schema}.jobs j
-        WHERE j.flow_key = o.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
+    SELECT coalesce((SELECT min(pass) FROM {schema}.fair_keys WHERE NOT is_idle),
+                    (SELECT max(pass) FROM {schema}.fair_keys), 0) AS v
+), candidates AS MATERIALIZED (
+    (SELECT b.scope, b.weight, b.pass, false AS fresh FROM {schema}.fair_keys b
+     WHERE NOT b.is_idle
+       AND (%(queues)s::text[] IS NULL
+            OR split_part(substr(b.scope, 6), '|', 1) = ANY (%(queues)s::text[]))
+     ORDER BY b.next_pass
+     LIMIT %(probe)s)
+    UNION ALL
+    SELECT f.k, coalesce(k.weight, 1), greatest(k.pass, c.v), true
+    FROM found f CROSS JOIN clock c LEFT JOIN {schema}.fair_keys k ON k.scope = f.k
+    WHERE f.k IS NOT NULL AND k.is_idle IS NOT FALSE
+      AND (%(queues)s::text[] IS NULL
+           OR split_part(substr(f.k, 6), '|', 1) = ANY (%(queues)s::text[]))
+), probed AS MATERIALIZED (
+    SELECT c.*, (
+        SELECT true FROM {schema}.jobs j
+        WHERE j.flow_key = c.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
           AND (%(tasks)s::text[] IS NULL OR j.task = ANY (%(tasks)s::text[]))
-          AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
-          AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused))
+          AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT 1
+    ) IS NOT NULL AS is_due
+    FROM (SELECT * FROM candidates ORDER BY pass + 1 / weight, fresh DESC, scope
+          LIMIT %(probe)s) c
+), served AS MATERIALIZED (
+    SELECT scope, weight, pass, fresh FROM probed WHERE is_due
+    ORDER BY pass + 1 / weight, fresh DESC, scope
     LIMIT %(limit)s
 ), quota AS MATERIALIZED (
     SELECT t.scope, count(*)::integer AS n FROM (
@@ -82,26 +101,33 @@ WITH RECURSIVE finished AS (
         SELECT j.id FROM {schema}.jobs j
         WHERE j.flow_key = q.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
           AND (%(tasks)s::text[] IS NULL OR j.task = ANY (%(tasks)s::text[]))
-          AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
           AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
         ORDER BY j.priority, j.run_at, j.id
         LIMIT q.n
         FOR UPDATE OF j SKIP LOCKED
     ) p
+    -- Never more than the quotas add up to; said again so the planner knows the row count
+    -- (else it expects thousands, and leases them by a hash join over the whole table).
+    LIMIT %(limit)s
 ), claimed AS (
     /* include: lease_picked */
+), counts AS MATERIALIZED (
+    SELECT flow_key AS scope, count(*) AS n FROM claimed GROUP BY flow_key
 ), advanced AS (
     -- A claimed key: its pass as this claim saw it (EXCLUDED.pass less this claim's share),
-    -- raised to the row's latest pass, plus n / weight. An idle key keeps its pass.
+    -- raised to the row's latest pass, plus n / weight. A fresh key: at least the clock. An
+    -- idle key keeps its pass.
     INSERT INTO {schema}.fair_keys AS f (scope, weight, pass, claimed, is_idle, updated_at)
     SELECT scope, weight, pass, claimed, is_idle, now() FROM (
-        SELECT s.scope, s.weight, s.pass + c.n / s.weight AS pass, c.n AS claimed,
-               false AS is_idle
-        FROM (SELECT flow_key, count(*) AS n FROM claimed GROUP BY flow_key) c
-        JOIN served s ON s.scope = c.flow_key
+        SELECT c.scope, c.weight, c.pass + coalesce(n.n, 0) / c.weight AS pass,
+               coalesce(n.n, 0) AS claimed, false AS is_idle
+        FROM candidates c LEFT JOIN counts n ON n.scope = c.scope
+        WHERE n.n IS NOT NULL
+           OR (c.fresh AND NOT EXISTS (
+                   SELECT FROM probed p WHERE p.scope = c.scope AND NOT p.is_due))
         UNION ALL
-        SELECT b.scope, b.weight, b.pass, 0, true FROM {schema}.fair_keys b
-        WHERE NOT b.is_idle AND NOT EXISTS (SELECT FROM waiting w WHERE w.scope = b.scope)
+        SELECT p.scope, p.weight, p.pass, 0, true FROM probed p
+        WHERE NOT p.fresh AND NOT p.is_due
     ) t
     ORDER BY scope
     ON CONFLICT (scope) DO UPDATE
@@ -112,7 +138,11 @@ WITH RECURSIVE finished AS (
         is_idle = EXCLUDED.is_idle,
         updated_at = now()
 )
-SELECT * FROM claimed FULL JOIN (SELECT array_agg(id) AS written FROM finished) w ON false;
+SELECT * FROM claimed FULL JOIN (
+    SELECT (SELECT array_agg(id) FROM finished) AS written,
+           (SELECT count(*) FROM probed WHERE NOT fresh AND NOT is_due)::integer AS held,
+           (SELECT k FROM found WHERE n = %(scan)s) AS cursor
+) summary ON false;
 
 -- name: set_fair_weight
 -- An operator's weight for one key (1: the default share). A key first named here starts idle:
