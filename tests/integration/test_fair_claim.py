@@ -299,3 +299,21 @@ def test_a_key_whose_jobs_are_not_due_turns_idle_and_comes_back_when_due(
     assert result.held == 1
     db.execute("UPDATE cronbase.jobs SET run_at = now() WHERE payload->>'tenant' = 'later'")
     assert tenants(claim(app, db, 10)) == ["later"]
+
+
+def test_inline_mode_runs_fair_jobs_and_refuses_a_payload_without_the_key() -> None:
+    from cronbase.testing import inline
+
+    app = cronbase.App(database_url="postgresql://inline.invalid/none")
+    ran: list[str] = []
+
+    @app.task(fair_key="{tenant}")
+    def work(**payload: Any) -> None:
+        ran.append(payload["tenant"])
+
+    with inline(app):
+        work.defer(tenant="a")
+        work.defer_many([{"tenant": "b"}, {"tenant": "c"}])
+        with pytest.raises(cronbase.PayloadError, match="fair_key"):
+            app.defer("work", {"user": 1})
+    assert ran == ["a", "b", "c"]
