@@ -7,9 +7,12 @@ one, unchanged.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
 
 from .claim import ClaimedJob, ClaimResult, Loads, column_names, done_params, read_rows
 
@@ -47,13 +50,27 @@ def fair_params(
     return {
         **done_params(done),
         "limit": limit,
-        "probe": max(limit, 1) * PROBE_FACTOR,
-        "scan": SCAN_KEYS,
         "after": after or "",
         "worker": worker,
         "tasks": list(tasks) if tasks is not None else None,
         "queues": list(queues) if queues is not None else None,
     }
+
+
+@functools.lru_cache(maxsize=256)
+def sized_statement(template: bytes, limit: int) -> bytes:
+    """claim_fair_jobs with its sizes (%(limit)s, %(probe)s, %(scan)s) written in as numbers.
+
+    With them as parameters PostgreSQL never settles on a generic plan for the prepared statement
+    (a LIMIT it cannot see is costed as 10% of the rows: the generic plan looked 18x dearer), so
+    it planned the statement on every claim: 0.9 ms, twice its execution. With the numbers in the
+    text the generic plan is chosen after five claims (p10 per claim 3.7 -> 1.1 ms on a loaded
+    machine). One prepared statement per limit a worker claims with: at most its concurrency.
+    """
+    sizes = {"limit": limit, "probe": max(limit, 1) * PROBE_FACTOR, "scan": SCAN_KEYS}
+    for name, value in sizes.items():
+        template = template.replace(f"%({name})s".encode(), sql.Literal(value).as_bytes(None))
+    return template
 
 
 async def claim_fair_jobs(
@@ -63,7 +80,7 @@ async def claim_fair_jobs(
     loads: Loads = json.loads,
 ) -> ClaimResult:
     """Run the fair claim on ``conn`` (params from :func:`fair_params`)."""
-    cur = await conn.execute(queries.claim_fair_jobs, params)
+    cur = await conn.execute(sized_statement(queries.claim_fair_jobs, params["limit"]), params)
     return read_rows(await cur.fetchall(), column_names(cur), loads)
 
 
@@ -74,5 +91,5 @@ def claim_fair_jobs_sync(
     loads: Loads = json.loads,
 ) -> ClaimResult:
     """The sync twin of :func:`claim_fair_jobs`, for tests and the bench."""
-    cur = conn.execute(queries.claim_fair_jobs, params)
+    cur = conn.execute(sized_statement(queries.claim_fair_jobs, params["limit"]), params)
     return read_rows(cur.fetchall(), column_names(cur), loads)

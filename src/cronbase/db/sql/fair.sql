@@ -20,6 +20,8 @@
 -- can only misplace a key in the order, never strand its jobs.
 
 -- name: claim_fair_jobs
+-- %(limit)s, %(probe)s and %(scan)s are written in as numbers before it runs
+-- (worker/fair_claim.py, sized_statement: so a prepared claim gets a generic plan).
 -- Record this worker's waiting successes (as claim_jobs does: one round trip) and lease up to
 -- %(limit)s due fair jobs, round robin by pass across their keys. The cost does not grow with
 -- the number of keys: a claim reads the %(probe)s busy keys with the lowest next pass (an index)
