@@ -16,8 +16,9 @@
 -- claims never lose each other's advance. Two claims that start together may both serve the
 -- lowest key: the key is ahead for an instant and its pass says so, so the next claims serve
 -- the others until it evens out. The rows are written in scope order: no two claims deadlock.
--- Which keys have work is read from the jobs, never from this table, so a stale or missing row
--- can only misplace a key in the order, never strand its jobs.
+-- This table only orders the keys: which have work is found in the jobs index (each claim looks
+-- at a window of keys), so a stale or missing row can delay a key by a few claims, never strand
+-- its jobs.
 
 -- name: claim_fair_jobs
 -- %(limit)s, %(probe)s and %(scan)s are written in as numbers before it runs
