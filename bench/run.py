@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import bigtable, flow, harness, report, supervised, workflows, workloads
+from . import bigtable, fairness, flow, harness, report, supervised, workflows, workloads
 from .cluster import Cluster, running_cluster
 from .machine import machine
 from .subjects import (
@@ -125,6 +125,15 @@ def steps(urls: dict[str, str], s: Settings, only: set[str]) -> list[Step]:
     add("flow", "cronbase 1,000 keys, key_concurrency=1", lambda: flow.keys(cb, s, "keyed"))
     add("flow", "cronbase 1,000 keys, no limit", lambda: flow.keys(cb, s, "free"))
     add("flow", "cronbase rate_limit=100/second", lambda: flow.rate(cb, s))
+    for procs in (1, 2):
+        for task in ("fair", "fifo"):
+            add(
+                "fairness",
+                f"cronbase a then b, {task}, x{procs}",
+                lambda t=task, p=procs: fairness.starvation(cb, s, t, p),
+            )
+    add("fairness", "cronbase 1,000 keys, fair", lambda: fairness.keys(cb, s, "fair"))
+    add("fairness", "cronbase 1,000 keys, plain", lambda: fairness.keys(cb, s, "fifo"))
     add("workflow", "cronbase 10,000 no-op jobs", lambda: workflows.plain(cb, s))
     add("workflow", "cronbase group of 10,000 then a callback", lambda: workflows.fan_in(cb, s))
     add("workflow", "cronbase chain of 200", lambda: workflows.chain(cb, s))
@@ -223,9 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="repeats per figure (default 3, quick 1)")
     parser.add_argument("--jobs", type=int, help="jobs per enqueue/drain run (default 20000)")
     parser.add_argument(
+        "--fair-jobs", type=int, help="tenant a's backlog in the fairness run (default 100000)"
+    )
+    parser.add_argument(
         "--only",
         action="append",
-        choices=["enqueue", "drain", "latency", "big table", "flow", "workflow"],
+        choices=["enqueue", "drain", "latency", "big table", "flow", "fairness", "workflow"],
         help="run only these workloads (repeatable)",
     )
     parser.add_argument(
@@ -252,11 +264,14 @@ def main(argv: list[str] | None = None) -> int:
             big_finished=100_000,
             big_future=10_000,
             claim_samples=100,
+            fair_jobs=5_000,
         )
     if args.repeats:
         s.repeats = args.repeats
     if args.jobs:
         s.jobs = args.jobs
+    if args.fair_jobs:
+        s.fair_jobs = args.fair_jobs
     only = set(args.only or [])
 
     started = time.monotonic()

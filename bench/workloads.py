@@ -26,6 +26,7 @@ class Settings:
     big_finished: int = 1_000_000
     big_future: int = 100_000
     claim_samples: int = 300
+    fair_jobs: int = 100_000  # tenant a's backlog in the fairness run
 
 
 @dataclass

@@ -138,7 +138,9 @@ class App:
         control: ``global_concurrency`` (running jobs of the task, fleet-wide),
         ``concurrency_key`` (a template over the payload, ``"tenant:{tenant_id}"``) with
         ``key_concurrency`` (running jobs per key), ``rate_limit`` (``"100/minute"``: starts in
-        any window, per key when the task has a concurrency_key). Steering: ``retry_on`` /
+        any window, per key when the task has a concurrency_key). Fair share: ``fair_key``
+        (a template over the payload, ``"{tenant_id}"``): due jobs are claimed round robin
+        across the keys of the job's queue, weighted by ``app.queues.set_weight``. Steering: ``retry_on`` /
         ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
         ``unique_key``): one job per window. ``isolation="process"``: a sync handler runs in a
         child process, killed at its ``timeout`` (a thread cannot be stopped). Durations

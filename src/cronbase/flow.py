@@ -3,13 +3,15 @@
 A limited job carries one scope in ``jobs.flow_key``, chosen at defer: ``key:<task>|<key>`` when
 the task has a ``concurrency_key`` (the template rendered over the payload, or the key given to
 ``configure``), else ``task:<task>`` when the task has a ``global_concurrency`` or a
-``rate_limit``. The limits themselves are read at claim time from ``flow_limits`` (each worker
+``rate_limit``; ``fair:<queue>|<key>`` when the task has a ``fair_key`` (fair share between keys,
+``db/sql/fair.sql``). The limits themselves are read at claim time from ``flow_limits`` (each worker
 writes its tasks' limits there when it starts) and from ``queues`` (operators' queue limits), so
 the claim, not the defer, decides; see ``db/sql/flow.sql``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from dataclasses import dataclass
@@ -187,3 +189,39 @@ def render_key(task: str, template: str, payload: Any, what: str = "concurrency_
             f"task {task!r}: {what} {template!r} names {exc.args[0]!r}, which the "
             f"payload does not have (it has {', '.join(map(repr, payload)) or 'no fields'})"
         ) from None
+
+
+# The largest weight a key may have: shares stay well within a float's precision.
+MAX_WEIGHT = 1_000_000
+
+
+def fair_scope(queue: str, key: str) -> str:
+    """The flow_key (and fair_keys.scope) of a fair job of ``queue`` with fair key ``key``."""
+    return f"fair:{queue}|{check_key('fair_key', key)}"
+
+
+def check_fair_key(task: str, fair_key: object, flow: TaskFlow | None) -> str | None:
+    """A task's fair_key template, checked; ConfigurationError naming a bad one."""
+    if fair_key is None:
+        return None
+    if not isinstance(fair_key, str) or not fair_key:
+        raise ConfigurationError(f"fair_key must be a template string, got {fair_key!r}")
+    check_template(fair_key, "fair_key")
+    if flow is not None:
+        raise ConfigurationError(
+            f"task {task!r}: fair_key {fair_key!r} cannot be combined with global_concurrency, "
+            "concurrency_key or rate_limit (a job is claimed by one of the two claims)"
+        )
+    return fair_key
+
+
+def check_weight(value: object, what: str = "weight") -> float:
+    """A fair key's weight: a finite number above 0 (1 is the default share)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{what} must be a number above 0, got {value!r}")
+    weight = float(value)
+    if not math.isfinite(weight) or not 0 < weight <= MAX_WEIGHT:
+        raise ConfigurationError(
+            f"{what} must be a number above 0 and at most {MAX_WEIGHT:,}, got {value!r}"
+        )
+    return weight

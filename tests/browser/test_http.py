@@ -417,6 +417,28 @@ def test_queue_limits_are_set_and_shown_from_the_overview(
     assert [a for _, a, _ in audit_rows(db)] == ["queue.limit", "queue.rate", "queue.limit"]
 
 
+def test_the_overview_shows_the_busiest_fair_keys(
+    client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    assert "Fair share" not in client.get("/").text
+    # Jobs of a fair_key task (db/sql/fair.sql), as another deploy's defer writes them.
+    db.execute(
+        "INSERT INTO cronbase.jobs (task, queue, payload, flow_key, status, lease_token)"
+        " SELECT 'import_row', 'imports', '{}', 'fair:imports|' || t, s,"
+        "        CASE WHEN s = 'running' THEN gen_random_uuid() END"
+        " FROM (VALUES ('acme', 'queued'), ('acme', 'queued'), ('acme', 'running'),"
+        "              ('zeta', 'running')) v(t, s)"
+    )
+    test_app.queues.set_weight("imports", "zeta", 3)
+    page = client.get("/").text
+    assert "Fair share" in page
+    acme = page.split('data-fair-key="acme"')[1].split("</tr>")[0]
+    cells = re.findall(r'<td class="num">([^<]*)</td>', acme)
+    assert cells == ["2", "1", "50%", "1", "0"]
+    zeta = page.split('data-fair-key="zeta"')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', zeta) == ["0", "1", "50%", "3", "0"]
+
+
 def test_the_job_page_shows_the_result(
     client: httpx.Client, test_app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 import cronbase
 from cronbase.worker.claim import ClaimedJob, claim_params
+from cronbase.worker.fair_claim import fair_params, sized_statement
 from tests.conftest import claim_rows
 
 FINISHED = 20_000
@@ -174,3 +175,43 @@ def test_finish_probes_the_primary_key_per_outcome(
     scans = scans_of_jobs(generic_plan(db, q.finish_jobs, args))
     # target locks the rows, then retried updates and gone deletes (moves) them: each a probe.
     assert scans == [("Index Scan", "jobs_pkey")] * 3, scans
+
+
+def test_the_fair_claim_probes_indexes_only(
+    lived_in: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    """claim_fair_jobs (db/sql/fair.sql) beside the finished rows and a fair backlog of a few
+    keys: every read of cronbase.jobs is an index probe of jobs_flow_due_idx (the key window, the
+    due probe, the per-key pick) or of the primary key (the lease, the successes carried), in the
+    custom plan and in the generic one; never a scan of the table or a hash of waiting jobs."""
+    db.execute(
+        """
+        INSERT INTO cronbase.jobs (task, payload, flow_key)
+        SELECT 'fair', '{}', 'fair:default|t' || (i % 5) FROM generate_series(1, 5000) AS i
+        """
+    )
+    db.execute("ANALYZE cronbase.jobs")
+    q = lived_in.queries
+    params = fair_params(
+        done=[claimed(1)], limit=10, worker="plan-test", tasks=["fair"], queues=None
+    )
+    allowed = {("Index Scan", "jobs_flow_due_idx"), ("Index Only Scan", "jobs_flow_due_idx")}
+    allowed |= {("Index Scan", "jobs_pkey")}
+    # As the worker runs it: its sizes written in (sized_statement), so the generic plan is the
+    # one a prepared claim settles on.
+    statement = sized_statement(q.claim_fair_jobs, 10)
+    assert set(scans_of_jobs(explain(db, statement, params))) <= allowed
+    names = re.findall(rb"%\((\w+)\)[sb]", statement)
+    values = {
+        "done_ids": "'{1}'::bigint[]",
+        "done_tokens": f"'{{{uuid.uuid4()}}}'::uuid[]",
+        "done_results": "NULL::text[]",
+        "limit": "10",
+        "after": "''",
+        "worker": "'plan-test'",
+        "tasks": "'{fair}'::text[]",
+        "queues": "NULL::text[]",
+    }
+    order = list(dict.fromkeys(name.decode() for name in names))
+    args = ", ".join(values[name] for name in order)
+    assert set(scans_of_jobs(generic_plan(db, statement, args))) <= allowed

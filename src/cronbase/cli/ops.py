@@ -17,7 +17,14 @@ from ..durations import span
 from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
-from ..operations.queues import Queues, QueueState, limit_params, rate_params
+from ..operations.queues import (
+    FairKey,
+    Queues,
+    QueueState,
+    limit_params,
+    rate_params,
+    weight_params,
+)
 from ..operations.retention import PRUNABLE
 from ..operations.stats import WINDOWS, Overview
 from ..operations.storage import Storage, human_bytes
@@ -229,15 +236,23 @@ def known_queue(app: App, name: str, force: bool) -> None:
         raise click.UsageError(f"{exc}; --force to set it up anyway") from None
 
 
-def _limit_value(value: str) -> int | None:
-    if value.lower() == "none":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not a number of jobs (or none to remove the limit)", param_hint="N"
-        ) from None
+def _number_or_none(convert: Callable[[str], float], what: str, hint: str) -> Callable[[str], Any]:
+    """A parser of a command's number argument: ``none`` is None, else ``convert(value)``; a
+    usage error saying it is not ``what`` otherwise."""
+
+    def parse(value: str) -> float | None:
+        if value.lower() == "none":
+            return None
+        try:
+            return convert(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not {what}", param_hint=hint) from None
+
+    return parse
+
+
+_limit_value = _number_or_none(int, "a number of jobs (or none to remove the limit)", "N")
+_weight_value = _number_or_none(float, "a number (or none to go back to 1)", "WEIGHT")
 
 
 def _rate_value(value: str) -> str | None:
@@ -284,6 +299,58 @@ _queue_setting(
     Queues.set_rate,
     "At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it).",
 )
+
+
+@queues.command("weight")
+@click.argument("name")
+@click.argument("key")
+@click.argument("weight")
+@force_option
+@click.pass_obj
+def weight_queue(settings: Settings, name: str, key: str, weight: str, force: bool) -> None:
+    """Give fair key KEY of queue NAME a share of WEIGHT: 2 gets twice the claims of a key of
+    weight 1 (the default) while both have due jobs; none goes back to 1."""
+    app = settings.app()
+    value = _weight_value(weight)
+    weight_params(name, key, value)  # a bad name or weight is refused as such first
+    known_queue(app, name, force)
+    got = app.queues.set_weight(name, key, value, actor=cli_actor())
+    click.echo(f"queue {name!r}: fair key {key!r} has weight {got:g}")
+
+
+def fair_table(keys: list[FairKey]) -> Table:
+    """The busiest fair keys: backlog, running jobs and their share of the running ones."""
+    running = sum(k.running for k in keys) or 1
+    table = Table(box=None)
+    for column in ("queue", "key", "waiting", "running", "share", "weight", "claimed"):
+        table.add_column(column, justify="left" if column in ("queue", "key") else "right")
+    for k in keys:
+        table.add_row(
+            k.queue,
+            k.key,
+            str(k.waiting),
+            str(k.running),
+            f"{k.running / running:.0%}",
+            f"{k.weight:g}",
+            str(k.claimed),
+        )
+    return table
+
+
+@queues.command("fair")
+@click.argument("name", required=False)
+@click.option("--limit", default=20, show_default=True, help="How many keys to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def fair_queue(settings: Settings, name: str | None, limit: int, as_json: bool) -> None:
+    """The busiest fair keys (of queue NAME, or all): waiting and running jobs, each key's share
+    of the running ones, weight, and jobs claimed so far."""
+    if name is not None:
+        check_name("queue", name)
+    found = settings.app().queues.fair_keys(name, limit=limit)
+    out = listed(settings, found, as_json, "no fair keys")
+    if out is not None and found:
+        out.print(fair_table(found))
 
 
 def _queue_switch(verb: str, act: Callable[..., object], done: str, doc: str) -> None:

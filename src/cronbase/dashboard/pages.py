@@ -29,6 +29,10 @@ LIST_LIMIT = 200  # rows on the effects and audit pages
 PAGE_MAX = 1_000_000
 
 
+# The busiest fair keys the overview shows (backlog and share; `cronbase queues fair` lists more).
+FAIR_KEYS_SHOWN = 10
+
+
 def _status(request: Request) -> JobStatus | None:
     value = request.query_params.get("status") or None
     if value is None:
@@ -62,6 +66,7 @@ class Pages:
 
     async def overview(self, request: Request) -> Response:
         stats = await self.app.stats_async()
+        fair_keys = await self.app.queues.fair_keys_async(limit=FAIR_KEYS_SHOWN)
         minutes = stats.minutes
         hour_ok = sum(m.succeeded for m in minutes)
         hour_failed = sum(m.failed for m in minutes)
@@ -76,6 +81,8 @@ class Pages:
             "per_minute_ok": hour_ok / 60,
             "per_minute_failed": hour_failed / 60,
             "last_minute": minutes[-1] if minutes else None,
+            "fair_keys": fair_keys,
+            "fair_running": sum(k.running for k in fair_keys),
         }
         return self.renderer.page(request, "overview.html", context)
 

@@ -88,6 +88,10 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         #   UPDATE). DELETE: register_task_limits (a task whose limits were removed),
         #   prune_flow_logs (idle key logs).
         "flow_limits": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # SELECT: claim_fair_jobs (passes and weights), list_fair_keys, RETURNING of the writes.
+        # INSERT, UPDATE: claim_fair_jobs (passes, ON CONFLICT DO UPDATE), set_fair_weight.
+        # No DELETE: a key's row stays (its weight, its place in the round robin).
+        "fair_keys": ("SELECT", "INSERT", "UPDATE"),
         # SELECT: list_audit, insert_audit's RETURNING. INSERT: insert_audit.
         # No UPDATE, no DELETE: the log is append-only, and this role cannot rewrite it.
         "audit_log": ("SELECT", "INSERT"),

@@ -236,6 +236,9 @@ class Queries:
     claim_flow_candidates: bytes
     claim_flow_jobs: bytes
     prune_flow_logs: bytes
+    claim_fair_jobs: bytes
+    set_fair_weight: bytes
+    list_fair_keys: bytes
     insert_graph: bytes
     job_graph: bytes
     lock_event_keys: bytes

@@ -59,8 +59,8 @@ def build_insert(
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)
-    if opts.flow is not None:
-        params["flow_key"] = opts.flow_key(payload)
+    if opts.has_flow_key:
+        params["flow_key"] = opts.flow_key(payload, task)
     if not opts.has_keys:
         return q.insert_job, params
     params["idempotency_key"] = opts.idempotency_key
@@ -100,7 +100,7 @@ def build_insert_many(
     params = opts.insert_params.copy()
     params["task"] = task
     params["payloads"] = [encode_payload(task, p, max_bytes, dumps) for p in payloads]
-    params["flow_keys"] = None if opts.flow is None else [opts.flow_key(p) for p in payloads]
+    params["flow_keys"] = [opts.flow_key(p, task) for p in payloads] if opts.has_flow_key else None
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypedDict
 from ..checks import check_key, check_name
 from ..durations import DurationLike, duration, optional_duration
 from ..errors import ConfigurationError
-from ..flow import Rate, TaskFlow, check_template
+from ..flow import Rate, TaskFlow, check_fair_key, check_template, fair_scope, render_key
 from ..job import Payload
 from ..retry import Backoff
 
@@ -38,6 +38,7 @@ class TaskOptions(TypedDict, total=False):
     concurrency_key: str | None  # a template over the payload: "tenant:{tenant_id}"
     key_concurrency: int | None  # running jobs per concurrency key
     rate_limit: str | Rate | None  # "100/minute": starts in any window (per key with a key)
+    fair_key: str | None  # a template over the payload: "{tenant_id}" (fair share between keys)
     retry_on: tuple[type[BaseException], ...] | None  # others go dead at once
     dont_retry_on: tuple[type[BaseException], ...]  # these go dead at once (wins)
     max_snoozes: int  # Snooze past this many: dead
@@ -78,6 +79,9 @@ class TaskDefaults(JobBasics):
     timeout: timedelta | None = None
     # Global concurrency and rate limits (flow.py); None: the task is unlimited.
     flow: TaskFlow | None = None
+    # Fair share: a template over the payload naming the job's key; due jobs are claimed round
+    # robin across keys (db/sql/fair.sql). None: the task is not fair.
+    fair_key: str | None = None
     # Which exceptions are retried: one outside retry_on (when given) or inside dont_retry_on
     # sends the job dead at once (dont_retry_on wins).
     retry_on: tuple[type[BaseException], ...] | None = None
@@ -112,9 +116,11 @@ class TaskDefaults(JobBasics):
         return defaults
 
     def with_flow(self, task: str, options: Mapping[str, Any]) -> TaskDefaults:
-        """These defaults with the task's flow limits (its scope is named after it)."""
+        """These defaults with the task's flow limits (its scope is named after it); a fair_key
+        is checked against them (a job is claimed by the flow claim or the fair one)."""
         limits = {k: options.get(k) for k in FLOW_OPTIONS}
-        return replace(self, flow=TaskFlow.build(task, **limits))
+        flow = TaskFlow.build(task, **limits)
+        return replace(self, flow=flow, fair_key=check_fair_key(task, self.fair_key, flow))
 
     def check(self) -> None:
         self.job_options().check()
@@ -184,6 +190,8 @@ class JobOptions(JobBasics):
     # The task's limits (flow.py) and this job's concurrency key, when configure gave one.
     flow: TaskFlow | None = None
     concurrency_key: str | None = None
+    # The task's fair_key template (fair share between keys: db/sql/fair.sql); None: not fair.
+    fair_key: str | None = None
     # One job per task, key (unique_key, a template over the payload) and window of unique_for.
     unique_for: timedelta | None = None
     unique_key: str | None = None
@@ -278,8 +286,17 @@ class JobOptions(JobBasics):
             "unique_seconds": None,
         }
 
-    def flow_key(self, payload: Payload) -> str | None:
-        """The job's limit scope (jobs.flow_key); None for an unlimited task."""
+    @property
+    def has_flow_key(self) -> bool:
+        """Whether the task's jobs carry a flow_key: a limited or a fair task."""
+        return self.flow is not None or self.fair_key is not None
+
+    def flow_key(self, payload: Payload, task: str = "") -> str | None:
+        """The job's claim scope (jobs.flow_key): its limit scope, or its fair key's scope;
+        None for any other task (the plain claim takes its jobs)."""
+        if self.fair_key is not None:
+            key = render_key(task, self.fair_key, payload, "fair_key")
+            return fair_scope(self.queue, key)
         flow = self.flow
         return None if flow is None else flow.scope(payload, self.concurrency_key)
 

@@ -10,6 +10,10 @@ already waiting obey them; running jobs count at once. The plain claim stops tak
 jobs as soon as the limit commits, and each worker's flow claim (``db/sql/flow.sql``) takes them
 from its next reap on (``reap_interval``, 5 s by default).
 
+Fair share: ``set_weight(name, key, 2)`` gives the fair key ``key`` of queue ``name`` twice the
+share of a key of weight 1 (the default) while both have due jobs (``db/sql/fair.sql``);
+``fair_keys(name)`` lists the busiest keys with their backlog, running jobs and weights.
+
 An operator's pause, resume or limit of a queue nothing uses is refused unless forced
 (:meth:`Queues.check_used`): a typo would otherwise act on nothing, silently. The CLI and the
 dashboard both ask it; the library's own ``pause()`` and ``set_limit()`` do not.
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING
 from ..checks import check_name
 from ..db.database import Row
 from ..errors import InvalidNameError
-from ..flow import Rate, check_limit, parse_rate
+from ..flow import Rate, check_limit, check_weight, fair_scope, parse_rate
 from .audited import DEFAULT_ACTOR, Action, perform, perform_async
 from .fleet import workers, workers_async
 
@@ -105,6 +109,41 @@ def rate_params(name: str, rate: str | Rate | None) -> dict[str, object]:
     }
 
 
+def weight_params(name: str, key: str, weight: float | None) -> dict[str, object]:
+    _check(name)
+    return {
+        "scope": fair_scope(name, key),
+        "weight": 1.0 if weight is None else check_weight(weight, f"queue {name!r} key weight"),
+    }
+
+
+@dataclass(frozen=True)
+class FairKey:
+    """One fair key of a queue: its waiting and running jobs, its weight, and how many of its
+    jobs have been claimed so far."""
+
+    queue: str
+    key: str
+    waiting: int
+    running: int
+    weight: float
+    claimed: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> FairKey:
+        return cls(
+            row["queue"],
+            row["key"],
+            row["waiting"],
+            row["running"],
+            row["weight"],
+            row["claimed"],
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
 class Queues:
     """``app.queues``: ``pause(name)``, ``resume(name)``, ``list()``, and ``_async`` twins."""
 
@@ -159,6 +198,34 @@ class Queues:
         action = self._set(self.db.queries.set_queue_rate, rate_params(name, rate))
         return await perform_async(self.db, actor, "queue.rate", f"queue:{name}", action)
 
+    def set_weight(
+        self, name: str, key: str, weight: float | None, *, actor: str | None = None
+    ) -> float:
+        """Give the fair key ``key`` of queue ``name`` a ``weight`` (a number above 0; None: back
+        to 1): while keys have due jobs, each gets claims in proportion to its weight. Audited
+        as ``queue.weight``; returns the weight set."""
+        action = self._weight(weight_params(name, key, weight), key)
+        return perform(self.db, actor, "queue.weight", f"queue:{name}", action)
+
+    async def set_weight_async(
+        self, name: str, key: str, weight: float | None, *, actor: str | None = None
+    ) -> float:
+        action = self._weight(weight_params(name, key, weight), key)
+        return await perform_async(self.db, actor, "queue.weight", f"queue:{name}", action)
+
+    def fair_keys(self, name: str | None = None, *, limit: int = 20) -> builtins.list[FairKey]:
+        """The busiest fair keys (of queue ``name``, or all), most waiting and running jobs
+        first, and keys with a weight set."""
+        rows = self.db.fetch_all(self.db.queries.list_fair_keys, {"queue": name, "limit": limit})
+        return [FairKey.from_row(r) for r in rows]
+
+    async def fair_keys_async(
+        self, name: str | None = None, *, limit: int = 20
+    ) -> builtins.list[FairKey]:
+        params = {"queue": name, "limit": limit}
+        rows = await self.db.fetch_all_async(self.db.queries.list_fair_keys, params)
+        return [FairKey.from_row(r) for r in rows]
+
     def task_limits(self) -> builtins.list[Row]:
         """Each limited task's limits, as its workers last registered them."""
         return self.db.fetch_all(self.db.queries.list_task_limits)
@@ -173,6 +240,10 @@ class Queues:
     def _resume(self, name: str) -> Action[QueueState]:
         rows = yield self.db.queries.resume_queue, {"name": name}
         return (QueueState.from_row(rows[0]) if rows else QueueState(name, is_paused=False)), {}
+
+    def _weight(self, params: dict[str, object], key: str) -> Action[float]:
+        (row,) = yield self.db.queries.set_fair_weight, params
+        return row["weight"], {"key": key, "weight": row["weight"]}
 
     def _set(self, statement: bytes, params: dict[str, object]) -> Action[QueueState]:
         (row,) = yield statement, params

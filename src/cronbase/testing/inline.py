@@ -308,6 +308,10 @@ class InlineRun:
         insert would; the App's defer middleware runs around it and may add metadata.
         """
         converted = [through_json(task, payload) for payload in payloads]
+        if options.fair_key is not None:
+            # A payload without the fair key's fields is refused, as the insert refuses it.
+            for stored, _ in converted:
+                options.flow_key(stored, task.name)
         call = DeferCall(task.name, options.queue, payloads)
         accepted: list[tuple[InlineJob, dict[str, Any] | None]] = []
         with task.hooks.around_defer(call):

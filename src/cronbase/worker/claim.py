@@ -43,8 +43,9 @@ CLAIMED_COLUMNS = (
     "flow_key",
 )
 # What a claim's summary row (its job columns NULL) may carry: the successes it wrote
-# (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs).
-SUMMARY_COLUMNS = ("written", "held", "open_in")
+# (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs), keys
+# turned idle and where the next claim looks for keys (claim_fair_jobs).
+SUMMARY_COLUMNS = ("written", "held", "open_in", "cursor")
 
 
 @dataclass(eq=False)
@@ -94,6 +95,7 @@ class ClaimResult:
     written_ids: list[int]
     held: int = 0
     open_in: float | None = None
+    cursor: str | None = None
 
 
 def claim_params(
@@ -176,6 +178,8 @@ def read_rows(
                 result.held = row[summary["held"]] or 0
             if "open_in" in summary:
                 result.open_in = row[summary["open_in"]]
+            if "cursor" in summary:
+                result.cursor = row[summary["cursor"]]
             continue
         (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, key) = (
             job_columns(row)
@@ -212,8 +216,7 @@ async def claim_jobs(
 ) -> ClaimResult:
     """Run the claim on ``conn`` (params from :func:`claim_params`; ``loads``: the Database's
     ``json_loads``)."""
-    cur = await conn.execute(claim_statement(queries, params["queues"]), params)
-    return read_rows(await cur.fetchall(), column_names(cur), loads)
+    return await run_claim(conn, claim_statement(queries, params["queues"]), params, loads)
 
 
 def claim_jobs_sync(
@@ -223,5 +226,20 @@ def claim_jobs_sync(
     loads: Loads = json.loads,
 ) -> ClaimResult:
     """The sync twin of :func:`claim_jobs`, for tests and the bench."""
-    cur = conn.execute(claim_statement(queries, params["queues"]), params)
+    return run_claim_sync(conn, claim_statement(queries, params["queues"]), params, loads)
+
+
+async def run_claim(
+    conn: psycopg.AsyncConnection[Any], statement: bytes, params: dict[str, Any], loads: Loads
+) -> ClaimResult:
+    """Run one claim statement (claim_jobs, claim_fair_jobs) and read its rows."""
+    cur = await conn.execute(statement, params)
+    return read_rows(await cur.fetchall(), column_names(cur), loads)
+
+
+def run_claim_sync(
+    conn: psycopg.Connection[Any], statement: bytes, params: dict[str, Any], loads: Loads
+) -> ClaimResult:
+    """The sync twin of :func:`run_claim`."""
+    cur = conn.execute(statement, params)
     return read_rows(cur.fetchall(), column_names(cur), loads)

@@ -1,5 +1,6 @@
 """The claimer owns a worker's claiming: how many jobs it may take per queue, the plain claim
-(which carries the completer's waiting successes), the flow claim of limited jobs, the limited
+(which carries the completer's waiting successes), the fair claim of fair_key tasks (which
+carries them too), the flow claim of limited jobs, the limited
 queues it must leave to the flow claim, jobs claimed by a statement whose reply was lost, and
 handing jobs back. The worker's loop asks it for jobs and runs them.
 """
@@ -12,7 +13,8 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .claim import ClaimedJob, claim_jobs, claim_params
+from .claim import ClaimedJob, claim_jobs, claim_params, run_claim
+from .fair_claim import fair_params, fair_statement, fair_tasks
 from .flow_claim import FlowClaim, candidate_params, claim_flow_jobs, task_flows
 from .outcomes import undecodable
 
@@ -53,6 +55,11 @@ class Claimer:
         self._queues = queues
         self._queue_caps = queue_caps
         self._task_names = sorted(tasks)
+        # Fair share: the fair claim runs first when this worker has fair_key tasks; the plain
+        # claim is skipped (but for carrying successes) when it has nothing else.
+        self._fair = fair_tasks(tasks)
+        self._has_plain = len(self._fair) < len(tasks)
+        self._fair_after: str | None = None
         # Flow control: the limits this worker's tasks declare, the limited queues it serves
         # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
         # robin, and when to look again for jobs a limit held back (None: on usual wake-ups).
@@ -92,6 +99,11 @@ class Claimer:
 
     async def _claim(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         jobs: list[ClaimedJob] = []
+        if self._fair:
+            jobs = await self._claim_fair(limit, queues)
+            limit -= len(jobs)
+            if not self._has_plain:
+                return jobs + await self._claim_plain(0, queues)
         if self._flows or self._limited_queues:
             if any(
                 o.outcome == "succeeded" and self._is_limited(o.job)
@@ -99,9 +111,36 @@ class Claimer:
             ):
                 # Write the successes first: the slots they held are free for the flow claim.
                 await self._claim_plain(0, queues)
-            jobs = await self._claim_flow(limit, queues)
-            limit -= len(jobs)
+            flow = await self._claim_flow(limit, queues)
+            jobs += flow
+            limit -= len(flow)
         return jobs + await self._claim_plain(limit, queues)
+
+    async def _claim_fair(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
+        """claim_fair_jobs (fair.sql): up to ``limit`` fair jobs, round robin across their keys,
+        carrying the waiting successes."""
+        if limit <= 0:
+            return []
+        with self._completer.carrying() as carried:
+            params = fair_params(
+                done=carried.jobs,
+                limit=limit,
+                worker=self._worker_id,
+                tasks=sorted(self._fair),
+                queues=queues,
+                after=self._fair_after,
+            )
+            async with self._pool.connection() as conn:
+                statement = fair_statement(self._db.queries, limit)
+                result = await run_claim(conn, statement, params, self._db.json_loads)
+            carried.written = result.written_ids
+        for bad in result.undecodable:
+            self._completer.add(undecodable(bad))
+        self._fair_after = result.cursor
+        if result.held and not result.jobs:
+            # Keys thought busy had no due job (now idle): the next keys may have some.
+            self.retry_in = min(FLOW_CONTENDED_RETRY, self.retry_in or FLOW_CONTENDED_RETRY)
+        return result.jobs
 
     async def _claim_plain(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         """claim_jobs: up to ``limit`` unlimited jobs, carrying the waiting successes."""

@@ -72,17 +72,19 @@ RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_perio
 -- are served round robin, and a full one is passed over, so it holds back no other (no
 -- head-of-line blocking). A scope that looks full in this snapshot is skipped without a lock;
 -- %(per_scope)s caps the candidates taken from one scope. The jobs of a limited queue that carry
--- no flow_key come from jobs_queue_due_idx.
+-- no flow_key come from jobs_queue_due_idx. Fair jobs' scopes ('fair:...', claim_fair_jobs in
+-- fair.sql) sort before the limited ones ('key:', 'task:'): the range `> 'fair;'` steps over them
+-- without a probe.
 WITH RECURSIVE ahead(k) AS (
     SELECT min(flow_key) FROM {schema}.jobs
-    WHERE status IN ('queued', 'failed') AND flow_key IS NOT NULL AND flow_key > %(after)s
+    WHERE status IN ('queued', 'failed') AND flow_key > greatest(%(after)s, 'fair;')
     UNION ALL
     SELECT (SELECT min(flow_key) FROM {schema}.jobs
             WHERE status IN ('queued', 'failed') AND flow_key IS NOT NULL AND flow_key > a.k)
     FROM ahead a WHERE a.k IS NOT NULL
 ), behind(k) AS (
     SELECT min(flow_key) FROM {schema}.jobs
-    WHERE status IN ('queued', 'failed') AND flow_key IS NOT NULL
+    WHERE status IN ('queued', 'failed') AND flow_key > 'fair;'
     UNION ALL
     SELECT (SELECT min(flow_key) FROM {schema}.jobs
             WHERE status IN ('queued', 'failed') AND flow_key IS NOT NULL AND flow_key > b.k)
