@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from operator import itemgetter
@@ -94,6 +94,15 @@ class ClaimResult:
     written_ids: list[int]
     held: int = 0
     open_in: float | None = None
+
+
+def claimable_names(versions: Mapping[str, int]) -> list[str]:
+    """What a worker registers and claims by, from its tasks' versions: each task's name (its
+    unversioned and version-1 jobs) and ``name@k`` for k from 2 to its version (the jobs
+    deferred for version k; claim_jobs names a job so). Sorted."""
+    names = list(versions)
+    names.extend(f"{name}@{k}" for name, version in versions.items() for k in range(2, version + 1))
+    return sorted(names)
 
 
 def claim_params(

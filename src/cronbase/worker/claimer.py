@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .claim import ClaimedJob, claim_jobs, claim_params
+from .claim import ClaimedJob, claim_jobs, claim_params, claimable_names
 from .flow_claim import FlowClaim, candidate_params, claim_flow_jobs, task_flows
 from .outcomes import undecodable
 
@@ -52,7 +52,7 @@ class Claimer:
         self._concurrency = concurrency
         self._queues = queues
         self._queue_caps = queue_caps
-        self._task_names = sorted(tasks)
+        self._task_names = claimable_names({n: t.defaults.version for n, t in tasks.items()})
         # Flow control: the limits this worker's tasks declare, the limited queues it serves
         # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
         # robin, and when to look again for jobs a limit held back (None: on usual wake-ups).

@@ -1,0 +1,83 @@
+"""The migration-vs-old-workers rule (db/migrate.py, README: Rolling deploys): a migration marked
+``-- contract: workers from NNNN`` is refused while a live worker's code knows less, naming it,
+unless forced; expand migrations (all of today's) never wait for anyone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from cronbase.db import migrate
+from cronbase.errors import MigrationError
+
+SCHEMA = "cronbase_contract"
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A schema of its own at this code's version (the shared one must stay at it)."""
+    with psycopg.connect(database_url, autocommit=True) as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        migrate.apply_migrations(c, SCHEMA)
+        yield c
+        c.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+
+def worker(conn: psycopg.Connection[Any], name: str, known: int | None, seen: str = "0s") -> None:
+    conn.execute(
+        f"INSERT INTO {SCHEMA}.workers (id, hostname, pid, concurrency, version, schema_version,"
+        " last_seen_at) VALUES (%s, 'host-a', 7, 1, %s, %s, now() - %s::interval)",
+        [name, None if known is None else "0.1.0", known, seen],
+    )
+
+
+def contract(monkeypatch: pytest.MonkeyPatch, needs: int) -> migrate.Migration:
+    """A next migration that drops what older code reads, as a future release would ship it."""
+    version = migrate.LATEST_VERSION + 1
+    text = f"-- contract: workers from {needs:04d}\nCOMMENT ON TABLE {{schema}}.jobs IS 'x';\n"
+    marked = migrate._CONTRACT.search(text)
+    assert marked is not None, "the contract line is not recognised"
+    parsed = migrate.Migration(version, "drop_old", text, int(marked[1]))
+    monkeypatch.setattr(migrate, "MIGRATIONS", [*migrate.MIGRATIONS, parsed])
+    monkeypatch.setattr(migrate, "LATEST_VERSION", version)
+    return parsed
+
+
+def test_packaged_migrations_are_all_expand() -> None:
+    assert [m.version for m in migrate.MIGRATIONS if m.contract_from is not None] == []
+
+
+def test_a_contract_migration_waits_for_old_workers_naming_them(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    current = migrate.LATEST_VERSION
+    needs = current + 1
+    worker(conn, "older-code", current)
+    worker(conn, "before-0016", None)
+    worker(conn, "current", needs)
+    worker(conn, "gone-long-ago", None, seen="10 minutes")
+    step = contract(monkeypatch, needs)
+
+    with pytest.raises(MigrationError) as refused:
+        migrate.apply_migrations(conn, SCHEMA)
+    message = str(refused.value)
+    assert f"{step.version:04d}_drop_old is a contract migration" in message
+    assert f"older-code (host host-a pid 7, code 0.1.0 m{current})" in message
+    assert "before-0016 (host host-a pid 7, code before 0016)" in message
+    assert "current (host" not in message
+    assert "gone-long-ago" not in message
+    assert "--force" in message
+    assert migrate.schema_version(conn, SCHEMA) == step.version - 1
+
+    assert migrate.apply_migrations(conn, SCHEMA, force=True) == [f"{step.version:04d}_drop_old"]
+
+
+def test_a_contract_migration_runs_once_the_old_workers_are_gone(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker(conn, "upgraded", migrate.LATEST_VERSION)
+    step = contract(monkeypatch, migrate.LATEST_VERSION)
+    assert migrate.apply_migrations(conn, SCHEMA) == [f"{step.version:04d}_drop_old"]
