@@ -4,12 +4,14 @@ unless forced; expand migrations (all of today's) never wait for anyone."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
+import cronbase
 from cronbase.db import migrate
 from cronbase.errors import MigrationError
 
@@ -81,3 +83,55 @@ def test_a_contract_migration_runs_once_the_old_workers_are_gone(
     worker(conn, "upgraded", migrate.LATEST_VERSION)
     step = contract(monkeypatch, migrate.LATEST_VERSION)
     assert migrate.apply_migrations(conn, SCHEMA) == [f"{step.version:04d}_drop_old"]
+
+
+def ship_next(monkeypatch: pytest.MonkeyPatch, *contract_from: int | None) -> int:
+    """Ship more migrations, one per value (None: expand; else a contract one), as a later
+    release would; returns the newest version."""
+    steps = list(migrate.MIGRATIONS)
+    for needs in contract_from:
+        version = steps[-1].version + 1
+        mark = "" if needs is None else f"-- contract: workers from {needs:04d}\n"
+        text = f"{mark}COMMENT ON TABLE {{schema}}.queues IS 'v{version}';\n"
+        steps.append(migrate.Migration(version, f"next_{version}", text, needs))
+    monkeypatch.setattr(migrate, "MIGRATIONS", steps)
+    monkeypatch.setattr(migrate, "LATEST_VERSION", steps[-1].version)
+    return steps[-1].version
+
+
+def run_burst_worker(database_url: str) -> None:
+    app = cronbase.App(database_url, schema=SCHEMA)
+    try:
+        app.run_worker(burst=True, install_signal_handlers=False, schedule=False, retention=None)
+    finally:
+        app.close()
+
+
+def test_a_worker_older_than_the_schema_starts_unless_a_contract_needs_newer_code(
+    conn: psycopg.Connection[Any], database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ours = migrate.LATEST_VERSION
+    with pytest.MonkeyPatch.context() as future:
+        expand = ship_next(future, None)
+        migrate.apply_migrations(conn, SCHEMA)
+    # This code is now the previous release: an expand migration newer than it is fine for a
+    # worker starting (a restart mid-deploy), not for other commands.
+    assert migrate.require_current(conn, SCHEMA, newer_ok=True) == expand
+    with pytest.raises(MigrationError, match=f"newer than this cronbase \\({ours}\\)"):
+        migrate.require_current(conn, SCHEMA)
+    with caplog.at_level(logging.WARNING, logger="cronbase"):
+        run_burst_worker(database_url)
+    assert f"is at version {expand}, newer than this cronbase ({ours})" in caplog.text
+
+    with pytest.MonkeyPatch.context() as future:
+        ship_next(future, None, expand + 1)
+        migrate.apply_migrations(conn, SCHEMA)
+    with pytest.raises(MigrationError) as refused:
+        migrate.require_current(conn, SCHEMA, newer_ok=True)
+    assert str(refused.value) == (
+        f"schema {SCHEMA!r} is at version {expand + 1}, and its migration "
+        f"{expand + 1:04d}_next_{expand + 1} needs workers whose code knows migration "
+        f"{expand + 1:04d}; this cronbase knows {ours}: upgrade cronbase"
+    )
+    with pytest.raises(MigrationError, match="upgrade cronbase"):
+        run_burst_worker(database_url)

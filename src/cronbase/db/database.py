@@ -339,10 +339,11 @@ class Database:
         with self.connect(application_name="cronbase-migrate") as conn:
             return migrate.apply_migrations(conn, self.schema, force=force)
 
-    def require_current(self) -> None:
-        """Raise MigrationError with the fix when the schema is not at this code's version."""
+    def require_current(self, *, newer_ok: bool = False) -> int:
+        """Raise MigrationError with the fix when the schema is not at this code's version
+        (``newer_ok``: or newer, with no contract migration this code is too old for)."""
         with self.connect(application_name="cronbase-check") as conn:
-            migrate.require_current(conn, self.schema)
+            return migrate.require_current(conn, self.schema, newer_ok=newer_ok)
 
     # -- closing ---------------------------------------------------------------------------------
 

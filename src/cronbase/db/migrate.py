@@ -9,7 +9,10 @@ running while the new release rolls out. A *contract* migration (one that drops 
 older code uses) says so on a line of its own, ``-- contract: workers from NNNN``: the lowest
 migration a worker's code must know to live with it. ``cronbase migrate`` refuses to apply it
 while a live worker knows less (or records nothing: a release before 0016), naming them, unless
-forced. None is marked today: 0001 to 0017 are all expand-only.
+forced. None is marked today: 0001 to 0017 are all expand-only. The mark is kept in
+``migrations.contract_from``: a worker whose code is older than the schema (the previous release
+restarted mid-deploy) starts unless a newer migration is a contract one it is too old for.
+(Releases before 0016 predate this rule: their workers refuse any schema but their own.)
 """
 
 from __future__ import annotations
@@ -179,6 +182,13 @@ def _apply(conn: psycopg.Connection, schema: str, *, force: bool) -> list[str]:
                         ),
                         [migration.version, migration.name],
                     )
+                    if migration.contract_from is not None:  # the column exists from 0016 on
+                        conn.execute(
+                            sql.SQL(
+                                "UPDATE {}.migrations SET contract_from = %s WHERE version = %s"
+                            ).format(ident),
+                            [migration.contract_from, migration.version],
+                        )
             except psycopg.Error as exc:
                 raise MigrationError(
                     f"migration {migration.version:04d}_{migration.name} failed on schema "
@@ -191,11 +201,36 @@ def _apply(conn: psycopg.Connection, schema: str, *, force: bool) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
-def require_current(conn: psycopg.Connection, schema: str) -> None:
-    """Raise MigrationError with the fix when the schema is not at this code's version."""
+def require_current(conn: psycopg.Connection, schema: str, *, newer_ok: bool = False) -> int:
+    """The schema's version; MigrationError with the fix when it is not this code's.
+
+    With ``newer_ok`` (a worker starting), a schema newer than this code is accepted when every
+    newer migration is expand-only or a contract one this code is recent enough for: the
+    previous release's worker restarted in the middle of a rolling deploy."""
     version = schema_version(conn, schema)
-    if version != LATEST_VERSION:
+    if version == LATEST_VERSION:
+        return version
+    if version > LATEST_VERSION and newer_ok:
+        blocking = conn.execute(
+            sql.SQL(
+                "SELECT version, name, contract_from FROM {}.migrations "
+                "WHERE version > %s AND contract_from > %s ORDER BY version LIMIT 1"
+            ).format(sql.Identifier(schema)),
+            [LATEST_VERSION, LATEST_VERSION],
+        ).fetchone()
+        if blocking is None:
+            return version
         raise MigrationError(
-            f"schema {schema!r} is at version {version}, this cronbase needs {LATEST_VERSION}: "
-            "run `cronbase migrate`"
+            f"schema {schema!r} is at version {version}, and its migration "
+            f"{blocking[0]:04d}_{blocking[1]} needs workers whose code knows migration "
+            f"{blocking[2]:04d}; this cronbase knows {LATEST_VERSION}: upgrade cronbase"
         )
+    if version > LATEST_VERSION:
+        raise MigrationError(
+            f"schema {schema!r} is at version {version}, newer than this cronbase "
+            f"({LATEST_VERSION}): upgrade cronbase"
+        )
+    raise MigrationError(
+        f"schema {schema!r} is at version {version}, this cronbase needs {LATEST_VERSION}: "
+        "run `cronbase migrate`"
+    )

@@ -8,11 +8,18 @@
 -- needs is alive (db/migrate.py). Nullable without a default: adding them rewrites nothing, and
 -- workers of the previous version (which do not name the columns) leave them NULL, read as
 -- "older than any contract migration".
+-- migrations.contract_from records, for a contract migration, the lowest migration a worker's
+-- code must know: a worker whose code is older than the schema starts (a restart mid-deploy)
+-- unless a newer migration is a contract one it is too old for (migrate.require_current).
 ALTER TABLE {schema}.workers
     ADD COLUMN supervisor text,
     ADD COLUMN version text,
     ADD COLUMN schema_version integer;
 
+ALTER TABLE {schema}.migrations ADD COLUMN contract_from integer;
+
+COMMENT ON COLUMN {schema}.migrations.contract_from IS
+    'For a contract migration (its file says -- contract: workers from NNNN), the lowest migration a worker''s code must know to run against this schema; NULL for an expand migration, which code of any earlier version lives with.';
 COMMENT ON COLUMN {schema}.workers.supervisor IS
     'The supervisor (cronbase worker --processes) that runs this worker process, as host:pid; NULL for a worker started on its own.';
 COMMENT ON COLUMN {schema}.workers.version IS
