@@ -8,8 +8,10 @@ Either way every job succeeds exactly once (each run writes a row, committed at 
 of the test's; SQL counts them) and nothing is lost.
 
 A worker of the previous release *starting* against the newer schema refuses (its
-``require_current`` wants exactly its own version): the documented behaviour, checked here. One
-already running when ``cronbase migrate`` runs keeps working: the rolling-deploy case.
+``require_current`` wants exactly its own version): documented (README: Rolling deploys) and
+checked here; one already running when ``cronbase migrate`` runs keeps working, the rolling-deploy
+case. From 0016 on a worker starts on a newer schema unless a contract migration in it needs newer
+code (tests/integration/test_migrate_contract.py).
 """
 
 from __future__ import annotations
