@@ -52,9 +52,10 @@ class Previous:
 @pytest.fixture(scope="module")
 def previous(tmp_path_factory: pytest.TempPathFactory) -> Previous:
     """The previous release's src from this repository's history, in a venv of its own: no pip,
-    a .pth putting that src first and then this test venv's site-packages (the same
-    dependencies: psycopg, click... the previous release needs no other), so ``import cronbase``
-    there is the previous release's, which is checked."""
+    a .pth putting that src first and then where this test run finds its dependencies (the
+    same: psycopg, click... the previous release needs no other, and a compiled one is built
+    for this interpreter), so ``import cronbase`` there is the previous release's, which is
+    checked."""
     found = subprocess.run(
         ["git", "-C", str(REPO), "cat-file", "-e", f"{COMMIT}^{{commit}}"], capture_output=True
     )
@@ -74,7 +75,13 @@ def previous(tmp_path_factory: pytest.TempPathFactory) -> Previous:
         text=True,
         check=True,
     ).stdout.strip()
-    ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    # Where this test run finds its dependencies (its venv's site-packages, or what a .pth of
+    # it adds), but not this code's cronbase; after the previous release's src in any case.
+    ours = [
+        p
+        for p in dict.fromkeys([sysconfig.get_paths()["purelib"], *sys.path])
+        if p and Path(p).is_dir() and not Path(p, "cronbase", "__init__.py").exists()
+    ]
     lines = [str(root / "src"), *ours]
     Path(purelib, "cronbase_previous.pth").write_text("\n".join(lines) + "\n")
     imported = subprocess.run(

@@ -36,16 +36,33 @@ def worker(conn: psycopg.Connection[Any], name: str, known: int | None, seen: st
     )
 
 
-def contract(monkeypatch: pytest.MonkeyPatch, needs: int) -> migrate.Migration:
-    """A next migration that drops what older code reads, as a future release would ship it."""
-    version = migrate.LATEST_VERSION + 1
-    text = f"-- contract: workers from {needs:04d}\nCOMMENT ON TABLE {{schema}}.jobs IS 'x';\n"
-    marked = migrate._CONTRACT.search(text)
-    assert marked is not None, "the contract line is not recognised"
-    parsed = migrate.Migration(version, "drop_old", text, int(marked[1]))
-    monkeypatch.setattr(migrate, "MIGRATIONS", [*migrate.MIGRATIONS, parsed])
-    monkeypatch.setattr(migrate, "LATEST_VERSION", version)
-    return parsed
+def ship_next(monkeypatch: pytest.MonkeyPatch, *contract_from: int | None) -> int:
+    """Ship more migrations, one per value (None: expand; else a contract one), as a later
+    release would; returns the newest version."""
+    steps = list(migrate.MIGRATIONS)
+    for needs in contract_from:
+        version = steps[-1].version + 1
+        mark = "" if needs is None else f"-- contract: workers from {needs:04d}\n"
+        text = f"{mark}COMMENT ON TABLE {{schema}}.queues IS 'v{version}';\n"
+        steps.append(migrate.Migration(version, f"next_{version}", text, needs))
+    monkeypatch.setattr(migrate, "MIGRATIONS", steps)
+    monkeypatch.setattr(migrate, "LATEST_VERSION", steps[-1].version)
+    return steps[-1].version
+
+
+def scalar_contract(conn: psycopg.Connection[Any], version: int) -> int | None:
+    row = conn.execute(
+        f"SELECT contract_from FROM {SCHEMA}.migrations WHERE version = %s", [version]
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_contract_migration_says_so_on_a_line_of_its_own() -> None:
+    marked = "-- 0020: drop jobs.old.\n-- contract: workers from 0019\nALTER TABLE x DROP y;\n"
+    assert migrate.parse_migration("0020_drop_old.sql", marked).contract_from == 19
+    quoted = "-- a line that mentions -- contract: workers from 0019 is no mark\n"
+    assert migrate.parse_migration("0020_drop_old.sql", quoted).contract_from is None
 
 
 def test_packaged_migrations_are_all_expand() -> None:
@@ -61,42 +78,29 @@ def test_a_contract_migration_waits_for_old_workers_naming_them(
     worker(conn, "before-0016", None)
     worker(conn, "current", needs)
     worker(conn, "gone-long-ago", None, seen="10 minutes")
-    step = contract(monkeypatch, needs)
+    version = ship_next(monkeypatch, needs)
 
     with pytest.raises(MigrationError) as refused:
         migrate.apply_migrations(conn, SCHEMA)
     message = str(refused.value)
-    assert f"{step.version:04d}_drop_old is a contract migration" in message
+    assert f"{version:04d}_next_{version} is a contract migration" in message
     assert f"older-code (host host-a pid 7, code 0.1.0 m{current})" in message
     assert "before-0016 (host host-a pid 7, code before 0016)" in message
     assert "current (host" not in message
     assert "gone-long-ago" not in message
     assert "--force" in message
-    assert migrate.schema_version(conn, SCHEMA) == step.version - 1
+    assert migrate.schema_version(conn, SCHEMA) == current
 
-    assert migrate.apply_migrations(conn, SCHEMA, force=True) == [f"{step.version:04d}_drop_old"]
+    assert migrate.apply_migrations(conn, SCHEMA, force=True) == [f"{version:04d}_next_{version}"]
+    assert scalar_contract(conn, version) == needs
 
 
 def test_a_contract_migration_runs_once_the_old_workers_are_gone(
     conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker(conn, "upgraded", migrate.LATEST_VERSION)
-    step = contract(monkeypatch, migrate.LATEST_VERSION)
-    assert migrate.apply_migrations(conn, SCHEMA) == [f"{step.version:04d}_drop_old"]
-
-
-def ship_next(monkeypatch: pytest.MonkeyPatch, *contract_from: int | None) -> int:
-    """Ship more migrations, one per value (None: expand; else a contract one), as a later
-    release would; returns the newest version."""
-    steps = list(migrate.MIGRATIONS)
-    for needs in contract_from:
-        version = steps[-1].version + 1
-        mark = "" if needs is None else f"-- contract: workers from {needs:04d}\n"
-        text = f"{mark}COMMENT ON TABLE {{schema}}.queues IS 'v{version}';\n"
-        steps.append(migrate.Migration(version, f"next_{version}", text, needs))
-    monkeypatch.setattr(migrate, "MIGRATIONS", steps)
-    monkeypatch.setattr(migrate, "LATEST_VERSION", steps[-1].version)
-    return steps[-1].version
+    version = ship_next(monkeypatch, migrate.LATEST_VERSION)
+    assert migrate.apply_migrations(conn, SCHEMA) == [f"{version:04d}_next_{version}"]
 
 
 def run_burst_worker(database_url: str) -> None:

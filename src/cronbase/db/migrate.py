@@ -44,18 +44,23 @@ class Migration:
     contract_from: int | None = None
 
 
+def parse_migration(file_name: str, text: str) -> Migration:
+    """A migration from its file: ``NNNN_name.sql``, and a contract one when a line of its own
+    reads ``-- contract: workers from NNNN``."""
+    match = _FILE.match(file_name)
+    if match is None:
+        raise ValueError(f"a migration file is named NNNN_name.sql, not {file_name!r}")
+    contract = _CONTRACT.search(text)
+    return Migration(int(match[1]), match[2], text, int(contract[1]) if contract else None)
+
+
 def load_migrations() -> list[Migration]:
     """All packaged migrations in version order; gaps and duplicates are errors."""
     found = []
     folder = resources.files("cronbase.db") / "migrations"
     for entry in folder.iterdir():
-        match = _FILE.match(entry.name)
-        if match:
-            text = entry.read_text("utf-8")
-            contract = _CONTRACT.search(text)
-            found.append(
-                Migration(int(match[1]), match[2], text, int(contract[1]) if contract else None)
-            )
+        if _FILE.match(entry.name):
+            found.append(parse_migration(entry.name, entry.read_text("utf-8")))
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
