@@ -5,6 +5,7 @@ worker's code (workers.version, schema_version) and unserved_jobs names what nob
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -12,6 +13,7 @@ import pytest
 
 import cronbase
 from cronbase.db.migrate import LATEST_VERSION
+from cronbase.schedule.scheduler import Scheduler
 from cronbase.worker.claim import claimable_names
 from cronbase.worker.startup import package_version
 from tests.conftest import SCHEMA
@@ -165,3 +167,19 @@ def test_a_worker_registers_its_versions_and_its_code(app: cronbase.App) -> None
     assert info.tasks == ["plain", "shaped", "shaped@2", "shaped@3"]
     assert (info.version, info.schema_version) == (package_version(), LATEST_VERSION)
     assert info.to_json()["schema_version"] == LATEST_VERSION
+
+
+def test_scheduled_jobs_carry_their_task_version(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    @app.task(version=2)
+    def ping() -> None: ...
+
+    app.schedules.add("ping", cron="*/5 * * * *", key="ping")
+    slot = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    db.execute("UPDATE cronbase.schedules SET next_fire_at = %s WHERE key = 'ping'", [slot])
+    scheduler = Scheduler(app.db, app.tasks, app.periodic_schedules)
+    fired = asyncio.run(scheduler.tick(slot + timedelta(seconds=3)))
+    by_hand = app.schedules.run_now("ping")
+    assert len(fired) == 1
+    assert {state(db, job)[2] for job in [*fired, by_hand]} == {2}
