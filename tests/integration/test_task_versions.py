@@ -32,7 +32,8 @@ def two_releases(database_url: str) -> tuple[cronbase.App, cronbase.App, list[st
 
     @new.task(name="work", version=2)
     def work_v2(n: int) -> None:
-        ran.append(f"v2:{n}")
+        # The handler sees which version its job was deferred for (a v1 job keeps its shape).
+        ran.append(f"v2:{n}:job{cronbase.current_job().task_version}")
 
     return old, new, ran
 
@@ -84,7 +85,14 @@ def test_an_old_worker_leaves_version_2_jobs_and_a_new_one_claims_both(
 
         v1_again = old.tasks["work"].defer(n=6)
         burst(new)
-        assert sorted(ran) == ["v1:1", "v2:2", "v2:3", "v2:4", "v2:5", "v2:6"]
+        assert sorted(ran) == [
+            "v1:1",
+            "v2:2:job2",
+            "v2:3:job2",
+            "v2:4:job2",
+            "v2:5:job2",
+            "v2:6:job1",
+        ]
         assert state(db, v1_again)[:2] == ("succeeded", 1)
         assert state(db, v2) == ("succeeded", 1, 2)
     finally:

@@ -41,6 +41,7 @@ CLAIMED_COLUMNS = (
     "lease",
     "metadata",
     "flow_key",
+    "task_version",
 )
 # What a claim's summary row (its job columns NULL) may carry: the successes it wrote
 # (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs).
@@ -65,6 +66,8 @@ class ClaimedJob:
     metadata: dict[str, Any] | None = None
     # The limit scope a limited job counts in (flow.py); None for an unlimited job.
     flow_key: str | None = None
+    # The version of its task the job was deferred for (jobs.task_version); None: version 1.
+    task_version: int | None = None
     # What the handler returned, as JSON text; None when it returned None (set by the executor).
     result: str | None = None
     # The handler's view of its job, made by the executor when the attempt starts.
@@ -186,9 +189,20 @@ def read_rows(
             if "open_in" in summary:
                 result.open_in = row[summary["open_in"]]
             continue
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, key) = (
-            job_columns(row)
-        )
+        (
+            job_id,
+            task,
+            queue,
+            payload,
+            priority,
+            attempt,
+            max_attempts,
+            token,
+            lease,
+            meta,
+            key,
+            version,
+        ) = job_columns(row)
         try:
             job = ClaimedJob(
                 job_id,
@@ -202,6 +216,7 @@ def read_rows(
                 timedelta(seconds=lease),
                 None if meta is None else _metadata(meta),
                 key,
+                version,
             )
         except Exception as exc:  # RecursionError, ValueError (digits), OverflowError (lease)
             bare = ClaimedJob(

@@ -194,7 +194,7 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
           j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
-          j.metadata::text AS metadata, j.flow_key
+          j.metadata::text AS metadata, j.flow_key, j.task_version
 
 -- name: complete_jobs
 -- Write successes that no claim carries (a worker claiming nothing; a handler's transaction(),
