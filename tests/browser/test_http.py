@@ -467,7 +467,7 @@ def test_the_workers_page_shows_who_is_alive_and_what_they_hold(
     db.execute(
         "INSERT INTO cronbase.workers (id, hostname, pid, queues, concurrency, tasks, last_seen_at,"
         " version, schema_version)"
-        " VALUES ('w-live', 'web-1', 101, NULL, 8, ARRAY['send_email'], now(), '0.1.0', 17),"
+        " VALUES ('w-live', 'web-1', 101, NULL, 8, ARRAY['send_email'], now(), '0.1.0', 18),"
         " ('w-gone', 'web-2', 202, ARRAY['emails'], 2, NULL, now() - interval '10 minutes',"
         " NULL, NULL)"
     )
@@ -486,7 +486,7 @@ def test_the_workers_page_shows_who_is_alive_and_what_they_hold(
     assert "0 / 8" in live
     assert "1 tasks" in live
     # The code each runs: the package version and newest migration; "older" before 0016.
-    assert '0.1.0 <small title="the newest migration its code knows">m17</small>' in live
+    assert '0.1.0 <small title="the newest migration its code knows">m18</small>' in live
     assert ">older</span>" in gone
     assert ">gone<" in gone
     assert "1 / 2" in gone

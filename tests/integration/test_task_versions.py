@@ -1,4 +1,4 @@
-"""Task versions (``@app.task(version=N)``, migration 0017): a job deferred for version N is
+"""Task versions (``@app.task(version=N)``, migration 0018): a job deferred for version N is
 claimed only by workers that have version N or later of its task; the registry records each
 worker's code (workers.version, schema_version) and unserved_jobs names what nobody serves."""
 

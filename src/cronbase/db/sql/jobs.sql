@@ -27,7 +27,7 @@ SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 -- for every enqueuer, whatever its clock (River's by-period uniqueness, PR #734); the key is free
 -- again when the window ends. Only a job inserted (and due) notifies. No row: the job that held
 -- the key ended meanwhile; the caller asks again. %(task_version)s: NULL for version 1 (the
--- 15-argument insert_keyed_job of migration 0017 writes it on the new row).
+-- 15-argument insert_keyed_job of migration 0018 writes it on the new row).
 SELECT k.id, k.created
 FROM (SELECT COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval) AS run_at) r
 CROSS JOIN LATERAL (
@@ -120,7 +120,7 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- burning an attempt. A filter on the same index walk: no sort, and no cost while every waiting
 -- job is known; jobs of an unknown task at the head of the queue are stepped over on each claim
 -- (`cronbase stats` and `check` show them). A job of version N >= 2 of its task (task_version,
--- migration 0017) is matched as "task@N", which a worker registers for each version from 2 to
+-- migration 0018) is matched as "task@N", which a worker registers for each version from 2 to
 -- its own: only workers with that version or later claim it. The task test stays first and
 -- alone for unversioned jobs: the planner estimates it from the task's statistics as before and
 -- the version test from task_version's (nearly all NULL), so the plan is unchanged; a CASE

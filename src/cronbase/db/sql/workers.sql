@@ -28,7 +28,7 @@ ORDER BY started_at;
 -- Due waiting jobs that no live worker will claim: no worker seen within %(live_within)s serves
 -- both their queue and their task (a worker with NULL tasks, older code, claims any task). They
 -- wait for a worker that knows the task: a deploy not finished, a task renamed, a typo.
--- A job of version N >= 2 of its task (migration 0017) is named "task@N", as claims match it: it
+-- A job of version N >= 2 of its task (migration 0018) is named "task@N", as claims match it: it
 -- is unserved while no live worker has that version of the task.
 SELECT v.task, j.queue, count(*) AS waiting, min(j.run_at) AS oldest_run_at
 FROM {schema}.jobs j

@@ -1,4 +1,4 @@
--- 0017: task versions (`@app.task(version=2)`, issue 24): a job deferred for version N of its
+-- 0018: task versions (`@app.task(version=2)`, issue 24): a job deferred for version N of its
 -- task is claimed only by a worker whose code has version N or later of it, so a change of a
 -- payload's shape rolls out while workers of the previous code still run.
 --
