@@ -299,12 +299,14 @@ class App:
         """Due jobs, by task and queue, that no live worker will claim (none registers the task)."""
         return unserved_jobs(self.db)
 
-    def migrate(self) -> list[str]:
-        """Create or upgrade the schema; returns the migrations applied."""
-        return self.db.migrate()
+    def migrate(self, *, force: bool = False) -> list[str]:
+        """Create or upgrade the schema; returns the migrations applied. A contract migration
+        is refused while workers whose code is too old for it are alive, unless ``force``
+        (README: Rolling deploys)."""
+        return self.db.migrate(force=force)
 
-    async def migrate_async(self) -> list[str]:
-        return await asyncio.to_thread(self.migrate)
+    async def migrate_async(self, *, force: bool = False) -> list[str]:
+        return await asyncio.to_thread(self.migrate, force=force)
 
     def close(self) -> None:
         """Close the sync pool (the async one closes with ``aclose``)."""

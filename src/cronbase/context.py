@@ -44,6 +44,9 @@ class JobContext:
     # What integrations stored with the job beside its payload (jobs.metadata), e.g. the trace
     # context of its defer under "otel"; None when nothing was stored.
     metadata: dict[str, Any] | None = field(default=None, repr=False)
+    # The version of its task the job was deferred for (@app.task(version=N) of the code that
+    # deferred it): a handler of version 3 may get a job of version 1 or 2, shaped as they were.
+    task_version: int = field(default=1, repr=False)
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     lease: timedelta | None = field(default=None, repr=False)
     worker_id: str | None = field(default=None, repr=False)

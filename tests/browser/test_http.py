@@ -487,9 +487,11 @@ def test_the_workers_page_shows_who_is_alive_and_what_they_hold(
 ) -> None:
     assert "no workers registered" in client.get("/workers").text
     db.execute(
-        "INSERT INTO cronbase.workers (id, hostname, pid, queues, concurrency, tasks, last_seen_at)"
-        " VALUES ('w-live', 'web-1', 101, NULL, 8, ARRAY['send_email'], now()),"
-        " ('w-gone', 'web-2', 202, ARRAY['emails'], 2, NULL, now() - interval '10 minutes')"
+        "INSERT INTO cronbase.workers (id, hostname, pid, queues, concurrency, tasks, last_seen_at,"
+        " version, schema_version)"
+        " VALUES ('w-live', 'web-1', 101, NULL, 8, ARRAY['send_email'], now(), '0.1.0', 18),"
+        " ('w-gone', 'web-2', 202, ARRAY['emails'], 2, NULL, now() - interval '10 minutes',"
+        " NULL, NULL)"
     )
     held = test_app.tasks["send_email"].defer(to="a@b.c")
     db.execute(
@@ -505,6 +507,9 @@ def test_the_workers_page_shows_who_is_alive_and_what_they_hold(
     assert ">alive<" in live
     assert "0 / 8" in live
     assert "1 tasks" in live
+    # The code each runs: the package version and newest migration; "older" before 0016.
+    assert '0.1.0 <small title="the newest migration its code knows">m18</small>' in live
+    assert ">older</span>" in gone
     assert ">gone<" in gone
     assert "1 / 2" in gone
     assert f'href="/jobs/{held}">#{held}</a> send_email' in gone

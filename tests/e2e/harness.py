@@ -41,6 +41,13 @@ TRUNCATE test_events, test_flags, test_executions;
 """
 
 
+def python_path() -> str:
+    """The repository first (the tests' apps), then what the test run was given: a worktree's
+    ``PYTHONPATH=src`` puts its own cronbase before the one installed in the venv."""
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([str(REPO), *([inherited] if inherited else [])])
+
+
 def reset_test_tables(db: psycopg.Connection[Any]) -> None:
     db.execute(TEST_TABLES)
 
@@ -152,7 +159,7 @@ class WorkerProcesses:
         environment = {
             k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CRONBASE_APP")
         }
-        environment.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=str(REPO))
+        environment.update(CRONBASE_DATABASE_URL=self.database_url, PYTHONPATH=python_path())
         environment.update({**self.env, **(env or {})})
         log_path = self.folder / f"worker-{name}.log"
         log = log_path.open("wb")

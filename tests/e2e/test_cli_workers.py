@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from cronbase.db.migrate import LATEST_VERSION
+from cronbase.worker.startup import package_version
 from tests.conftest import wait_for
 from tests.e2e.harness import WorkerProcesses, is_registered, reset_test_tables, set_flag
 from tests.e2e.test_cli import cronbase, ok
@@ -71,6 +73,9 @@ def test_workers_lists_the_live_and_the_gone_with_the_jobs_in_their_hands(
         assert listed["live"]["queues"] is None
         assert "blocking" in listed["live"]["tasks"]
         assert listed["live"]["pid"] == live.pid
+        # The code it runs (README: Rolling deploys): this checkout's version and migrations.
+        assert listed["live"]["schema_version"] == LATEST_VERSION
+        assert listed["live"]["version"] == package_version()
         gone = listed["killed"]
         assert (gone["alive"], gone["busy"], gone["queues"]) == (False, 1, ["default"])
         assert gone["jobs"] == [{"id": held, "task": "blocking"}]
@@ -80,6 +85,7 @@ def test_workers_lists_the_live_and_the_gone_with_the_jobs_in_their_hands(
         assert "alive" in table
         assert "gone" in table
         assert "1/4" in table
+        assert f"m{LATEST_VERSION}" in table
         assert "1 worker(s) not seen for over a minute" in table
         set_flag(db, "release")
         live.send(signal.SIGTERM)

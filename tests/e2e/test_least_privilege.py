@@ -510,6 +510,7 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             ("create_history_days", False),  # FUNCTION_PRIVILEGES grants them
             ("drop_history_days", False),
             ("history_settled", True),
+            ("insert_keyed_job", True),  # 0015's, and 0018's (with a task version)
             ("insert_keyed_job", True),
             ("notify_done", True),
             ("parents_results", True),

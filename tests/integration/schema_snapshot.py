@@ -59,7 +59,7 @@ _QUERIES = {
                md5(replace(replace(p.prosrc, '"' || %(schema)s || '".', '{schema}.'),
                            quote_literal(%(schema)s), '{schema_name}'))
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = %(schema)s ORDER BY p.proname""",
+        WHERE n.nspname = %(schema)s ORDER BY 1, 2""",
 }
 
 

@@ -645,7 +645,7 @@ def test_the_codec_must_be_functions() -> None:
 
 
 def claimed_row(job_id: int, payload: str) -> tuple[Any, ...]:
-    return (job_id, "t", "default", payload, 100, 1, 20, uuid.uuid4(), 60.0, None, None)
+    return (job_id, "t", "default", payload, 100, 1, 20, uuid.uuid4(), 60.0, None, None, None)
 
 
 def test_read_rows_decodes_payloads_with_the_given_loads() -> None:

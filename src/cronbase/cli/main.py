@@ -207,12 +207,18 @@ def cli(
 
 
 @cli.command()
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Apply a contract migration even while workers too old for it are alive.",
+)
 @click.pass_obj
-def migrate(settings: Settings) -> None:
-    """Create or upgrade the cronbase tables."""
+def migrate(settings: Settings, force: bool) -> None:
+    """Create or upgrade the cronbase tables. Refuses a contract migration while live workers
+    run code too old for it, naming them (README: Rolling deploys), unless --force."""
     app = settings.app()
     others = _cronbase_schemas(app)
-    applied = app.migrate()
+    applied = app.migrate(force=force)
     where = f"schema {app.schema!r} on {pool.masked(app.database_url)}"
     for name in applied:
         click.echo(f"applied {name}")

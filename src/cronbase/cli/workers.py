@@ -23,12 +23,20 @@ def _listed(names: list[str] | None, everything: str) -> str:
     return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} +{len(names) - 3}"
 
 
+def code_version(worker: WorkerInfo) -> str:
+    """The code a worker runs, as the package version and the newest migration it knows:
+    ``0.1.0 m18``; ``older`` for a release before 0016, which did not record it."""
+    if worker.schema_version is None:
+        return "older"
+    return f"{worker.version or '?'} m{worker.schema_version}"
+
+
 def workers_table(found: list[WorkerInfo]) -> Table:
     """One row per worker, grouped by host and supervisor (a line between groups); the
     supervisor column only when a supervisor runs some of them (``--processes``)."""
     supervised = any(w.supervisor is not None for w in found)
     table = Table(title="workers")
-    columns = ["worker", "host", "supervisor", "pid", "state", "busy", "queues", "tasks"]
+    columns = ["worker", "host", "supervisor", "pid", "version", "state", "busy", "queues", "tasks"]
     for column in columns if supervised else [c for c in columns if c != "supervisor"]:
         table.add_column(column, justify="right" if column in ("pid", "busy") else "left")
     table.add_column("heartbeat")
@@ -48,6 +56,7 @@ def workers_table(found: list[WorkerInfo]) -> Table:
         table.add_row(
             *cells,
             str(w.pid),
+            Text(code_version(w)),
             state,
             f"{w.busy}/{w.concurrency}",
             Text(_listed(w.queues, "all")),
@@ -62,7 +71,7 @@ def workers_table(found: list[WorkerInfo]) -> Table:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def workers(settings: Settings, as_json: bool) -> None:
-    """Registered workers: alive or gone, host, supervisor, busy slots, queues, tasks, jobs in
+    """Registered workers: alive or gone, host, supervisor, code version, busy slots, queues, tasks, jobs in
     hand; grouped by host and supervisor (the processes of one ``worker --processes N``)."""
     found = settings.app().workers()
     out = listed(

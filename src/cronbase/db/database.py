@@ -341,8 +341,9 @@ class Database:
 
     # -- schema ----------------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
-        """Create or upgrade the schema; returns the migrations applied."""
+    def migrate(self, *, force: bool = False) -> list[str]:
+        """Create or upgrade the schema; returns the migrations applied. ``force`` applies a
+        contract migration even while workers too old for it are alive."""
         if self.pooler == "transaction":
             raise ConfigurationError(
                 "cannot migrate through a transaction pooler (the migration lock is held for the "
@@ -350,12 +351,13 @@ class Database:
                 "(--database-url postgresql://...@db-host:5432/...)"
             )
         with self.connect(application_name="cronbase-migrate") as conn:
-            return migrate.apply_migrations(conn, self.schema)
+            return migrate.apply_migrations(conn, self.schema, force=force)
 
-    def require_current(self) -> None:
-        """Raise MigrationError with the fix when the schema is not at this code's version."""
+    def require_current(self, *, newer_ok: bool = False) -> int:
+        """Raise MigrationError with the fix when the schema is not at this code's version
+        (``newer_ok``: or newer, with no contract migration this code is too old for)."""
         with self.connect(application_name="cronbase-check") as conn:
-            migrate.require_current(conn, self.schema)
+            return migrate.require_current(conn, self.schema, newer_ok=newer_ok)
 
     # -- closing ---------------------------------------------------------------------------------
 

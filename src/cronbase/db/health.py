@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from ..errors import DatabaseURLError, MigrationError
+from .migrate import LATEST_VERSION
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -110,7 +111,17 @@ async def connect_when_ready(db: Database, worker_id: str, *, wait: bool) -> Asy
     failures = FailureLog("connecting to the database")
     while True:
         try:
-            await asyncio.to_thread(db.require_current)
+            # A newer schema is fine unless a contract migration in it needs newer code: this
+            # worker may be the previous release's, restarted during a rolling deploy.
+            version = await asyncio.to_thread(db.require_current, newer_ok=True)
+            if version > LATEST_VERSION:
+                logger.warning(
+                    "schema %r is at version %d, newer than this cronbase (%d): running as the "
+                    "previous release of a rolling deploy (its newer migrations are expand-only)",
+                    db.schema,
+                    version,
+                    LATEST_VERSION,
+                )
             return await db.open_async_pool(
                 name=f"cronbase-worker {worker_id}",
                 min_size=min(2, db.pool_size),

@@ -2,6 +2,17 @@
 
 Each migration runs in its own transaction. The lock is per schema, so several processes can
 run ``migrate`` at once: one applies, the others wait and then find nothing to do.
+
+Rolling deploys: migrations are *expand* by default: the schema they make still serves the code
+of the previous release (a new nullable column, a new table), so its workers and producers keep
+running while the new release rolls out. A *contract* migration (one that drops or renames what
+older code uses) says so on a line of its own, ``-- contract: workers from NNNN``: the lowest
+migration a worker's code must know to live with it. ``cronbase migrate`` refuses to apply it
+while a live worker knows less (or records nothing: a release before 0016), naming them, unless
+forced. None is marked today: 0001 to 0018 are all expand-only. The mark is kept in
+``migrations.contract_from``: a worker whose code is older than the schema (the previous release
+restarted mid-deploy) starts unless a newer migration is a contract one it is too old for.
+(Releases before 0016 predate this rule: their workers refuse any schema but their own.)
 """
 
 from __future__ import annotations
@@ -18,6 +29,10 @@ from ..errors import MigrationError
 from .queries import render
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+_CONTRACT = re.compile(r"^-- contract: workers from (\d{4})\s*$", re.MULTILINE)
+# A worker seen within this is alive (operations/stats.py's LIVE_WITHIN: its heartbeat runs
+# every few seconds, so a minute of silence is a worker that is gone).
+LIVE_WITHIN_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -25,6 +40,18 @@ class Migration:
     version: int
     name: str
     template: str
+    # A contract migration: the lowest migration a live worker's code must know (None: expand).
+    contract_from: int | None = None
+
+
+def parse_migration(file_name: str, text: str) -> Migration:
+    """A migration from its file: ``NNNN_name.sql``, and a contract one when a line of its own
+    reads ``-- contract: workers from NNNN``."""
+    match = _FILE.match(file_name)
+    if match is None:
+        raise ValueError(f"a migration file is named NNNN_name.sql, not {file_name!r}")
+    contract = _CONTRACT.search(text)
+    return Migration(int(match[1]), match[2], text, int(contract[1]) if contract else None)
 
 
 def load_migrations() -> list[Migration]:
@@ -32,9 +59,8 @@ def load_migrations() -> list[Migration]:
     found = []
     folder = resources.files("cronbase.db") / "migrations"
     for entry in folder.iterdir():
-        match = _FILE.match(entry.name)
-        if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
+        if _FILE.match(entry.name):
+            found.append(parse_migration(entry.name, entry.read_text("utf-8")))
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
@@ -69,10 +95,13 @@ def schema_version(conn: psycopg.Connection, schema: str) -> int:
     return max(_applied_versions(conn, schema), default=0)
 
 
-def apply_migrations(conn: psycopg.Connection, schema: str) -> list[str]:
-    """Apply every pending migration; returns the names applied (empty when up to date)."""
+def apply_migrations(conn: psycopg.Connection, schema: str, *, force: bool = False) -> list[str]:
+    """Apply every pending migration; returns the names applied (empty when up to date).
+
+    A pending contract migration is refused while a live worker's code is older than it needs
+    (MigrationError naming them), unless ``force``."""
     try:
-        return _apply(conn, schema)
+        return _apply(conn, schema, force=force)
     except psycopg.errors.InsufficientPrivilege as exc:
         # An application role (README: Least privilege) may use the schema, not change it.
         raise MigrationError(
@@ -81,7 +110,49 @@ def apply_migrations(conn: psycopg.Connection, schema: str) -> list[str]:
         ) from None
 
 
-def _apply(conn: psycopg.Connection, schema: str) -> list[str]:
+def too_old_workers(conn: psycopg.Connection, schema: str, needed: int) -> list[str]:
+    """Live workers whose code knows fewer migrations than ``needed``, as "id (host pid N, code
+    0.1.0 m16)"; a workers row without the column (before 0016) is read as knowing none."""
+    exists = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL",
+        [f"{sql.Identifier(schema).as_string(conn)}.workers"],
+    ).fetchone()
+    if not exists or not exists[0]:
+        return []
+    # to_jsonb(w): the columns may not exist yet (a schema before 0016 migrated in one go).
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT id, hostname, pid, to_jsonb(w) ->> 'version', "
+            "(to_jsonb(w) ->> 'schema_version')::int FROM {}.workers w "
+            "WHERE last_seen_at > now() - make_interval(secs => %s) "
+            "AND coalesce((to_jsonb(w) ->> 'schema_version')::int, 0) < %s ORDER BY started_at"
+        ).format(sql.Identifier(schema)),
+        [LIVE_WITHIN_SECONDS, needed],
+    ).fetchall()
+    named = []
+    for wid, host, pid, version, known in rows:
+        code = "before 0016" if known is None else f"{version or '?'} m{known}"
+        named.append(f"{wid} (host {host} pid {pid}, code {code})")
+    return named
+
+
+def _refuse_contract(conn: psycopg.Connection, schema: str, pending: list[Migration]) -> None:
+    contracts = [m for m in pending if m.contract_from is not None]
+    if not contracts:
+        return
+    first = max(contracts, key=lambda m: m.contract_from or 0)
+    needed = first.contract_from or 0
+    old = too_old_workers(conn, schema, needed)
+    if old:
+        raise MigrationError(
+            f"migration {first.version:04d}_{first.name} is a contract migration: workers of "
+            f"code before migration {needed:04d} cannot run against it, and {len(old)} are "
+            f"alive: {', '.join(old[:10])}{' ...' if len(old) > 10 else ''}; finish the deploy "
+            "(stop or upgrade them) first, or run `cronbase migrate --force`"
+        )
+
+
+def _apply(conn: psycopg.Connection, schema: str, *, force: bool) -> list[str]:
     conn.autocommit = True
     key = lock_key(schema)
     conn.execute("SELECT pg_advisory_lock(%s)", [key])
@@ -101,6 +172,8 @@ def _apply(conn: psycopg.Connection, schema: str) -> list[str]:
                 f"schema {schema!r} is at version {newest}, newer than this cronbase "
                 f"({LATEST_VERSION}); upgrade cronbase"
             )
+        if not force:
+            _refuse_contract(conn, schema, [m for m in MIGRATIONS if m.version not in applied])
         done = []
         for migration in MIGRATIONS:
             if migration.version in applied:
@@ -114,6 +187,13 @@ def _apply(conn: psycopg.Connection, schema: str) -> list[str]:
                         ),
                         [migration.version, migration.name],
                     )
+                    if migration.contract_from is not None:  # the column exists from 0016 on
+                        conn.execute(
+                            sql.SQL(
+                                "UPDATE {}.migrations SET contract_from = %s WHERE version = %s"
+                            ).format(ident),
+                            [migration.contract_from, migration.version],
+                        )
             except psycopg.Error as exc:
                 raise MigrationError(
                     f"migration {migration.version:04d}_{migration.name} failed on schema "
@@ -126,11 +206,36 @@ def _apply(conn: psycopg.Connection, schema: str) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
-def require_current(conn: psycopg.Connection, schema: str) -> None:
-    """Raise MigrationError with the fix when the schema is not at this code's version."""
+def require_current(conn: psycopg.Connection, schema: str, *, newer_ok: bool = False) -> int:
+    """The schema's version; MigrationError with the fix when it is not this code's.
+
+    With ``newer_ok`` (a worker starting), a schema newer than this code is accepted when every
+    newer migration is expand-only or a contract one this code is recent enough for: the
+    previous release's worker restarted in the middle of a rolling deploy."""
     version = schema_version(conn, schema)
-    if version != LATEST_VERSION:
+    if version == LATEST_VERSION:
+        return version
+    if version > LATEST_VERSION and newer_ok:
+        blocking = conn.execute(
+            sql.SQL(
+                "SELECT version, name, contract_from FROM {}.migrations "
+                "WHERE version > %s AND contract_from > %s ORDER BY version LIMIT 1"
+            ).format(sql.Identifier(schema)),
+            [LATEST_VERSION, LATEST_VERSION],
+        ).fetchone()
+        if blocking is None:
+            return version
         raise MigrationError(
-            f"schema {schema!r} is at version {version}, this cronbase needs {LATEST_VERSION}: "
-            "run `cronbase migrate`"
+            f"schema {schema!r} is at version {version}, and its migration "
+            f"{blocking[0]:04d}_{blocking[1]} needs workers whose code knows migration "
+            f"{blocking[2]:04d}; this cronbase knows {LATEST_VERSION}: upgrade cronbase"
         )
+    if version > LATEST_VERSION:
+        raise MigrationError(
+            f"schema {schema!r} is at version {version}, newer than this cronbase "
+            f"({LATEST_VERSION}): upgrade cronbase"
+        )
+    raise MigrationError(
+        f"schema {schema!r} is at version {version}, this cronbase needs {LATEST_VERSION}: "
+        "run `cronbase migrate`"
+    )

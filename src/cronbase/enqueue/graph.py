@@ -110,6 +110,7 @@ def graph_params(
         "leases": [n.options.lease for n in nodes],
         "metadata": [n.metadata for n in nodes],
         "flow_keys": [n.options.flow_key(n.payload, n.task) for n in nodes],
+        "task_versions": [n.options.insert_params["task_version"] for n in nodes],
         "receives": [n.receives for n in nodes],
         "on_parent_failure": [
             n.options.on_parent_failure if i in children else None for i, n in enumerate(nodes, 1)

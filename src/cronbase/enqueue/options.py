@@ -45,6 +45,7 @@ class TaskOptions(TypedDict, total=False):
     unique_for: DurationLike | None  # one job per task (and unique_key) per window
     unique_key: str | None  # a template over the payload
     isolation: Isolation  # "process": a sync handler in a child killed at its timeout
+    version: int  # its jobs go only to workers with this version or later of it (default 1)
 
 
 # TaskOptions that are not TaskDefaults fields: the task's flow limits (flow.py).
@@ -69,6 +70,9 @@ class JobBasics:
     priority: int = 100  # lower runs first
     max_attempts: int = 20
     lease: timedelta = timedelta(minutes=1)
+    # The task's version (@app.task(version=N)): a job deferred for N is claimed only by workers
+    # that have version N or later of its task (README: Rolling deploys).
+    version: int = 1
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,8 @@ class TaskDefaults(JobBasics):
 
 
 _INT4_MAX = 2**31 - 1  # max_attempts is an integer column
+# A worker registers "name@k" for each version k from 2 to its own: keep that list short.
+MAX_TASK_VERSION = 1000
 # The table's jobs_lease_range constraint: a claim adds the lease to now().
 MAX_LEASE = timedelta(days=36500)
 
@@ -207,6 +213,10 @@ class JobOptions(JobBasics):
             raise ConfigurationError(f"priority must be an integer, got {self.priority!r}")
         if not -32768 <= self.priority <= 32767:
             raise ConfigurationError(f"priority must be within -32768..32767, got {self.priority}")
+        if not _is_int(self.version) or not 1 <= self.version <= MAX_TASK_VERSION:
+            raise ConfigurationError(
+                f"version must be a whole number from 1 to {MAX_TASK_VERSION}, got {self.version!r}"
+            )
         if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= _INT4_MAX:
             raise ConfigurationError(
                 f"max_attempts must be an integer from 1 to {_INT4_MAX}, got {self.max_attempts!r}"
@@ -284,6 +294,8 @@ class JobOptions(JobBasics):
             "flow_key": None,
             "unique_prefix": None,
             "unique_seconds": None,
+            # NULL is version 1: an unversioned job is claimed as it always was.
+            "task_version": None if self.version == 1 else self.version,
         }
 
     @property

@@ -37,6 +37,11 @@ class WorkerInfo(Record):
     # The supervisor that runs it (``cronbase worker --processes N``), as host:pid; None for a
     # worker started on its own. Rows come grouped by host and supervisor (worker_overview).
     supervisor: str | None
+    # The code it runs: the cronbase package version and the newest migration it knows (None
+    # for both: a release before 0016, which did not record them). A rolling deploy is done
+    # when every live worker shows the new ones.
+    version: str | None
+    schema_version: int | None
     # The queues it claims from (None: all) and the tasks it registers (None: older code, any).
     queues: list[str] | None
     concurrency: int

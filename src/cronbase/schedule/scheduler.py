@@ -302,6 +302,7 @@ class Scheduler:
                 priority=options.priority,
                 max_attempts=options.max_attempts,
                 lease=options.lease,
+                version=options.version,
                 idempotency_key=slot_key(schedule.key, slot),
             )
             payload = scheduled_payload(schedule.payload, slot)

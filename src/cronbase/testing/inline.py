@@ -481,6 +481,8 @@ class InlineRun:
             max_attempts=job.max_attempts,
             payload=job.payload,
             metadata=job.metadata,
+            # Inline, jobs are deferred and run by the same code: the task's own version.
+            task_version=task.defaults.version,
         )
         context._inline = InlineDurable(context, job, self)
         job.waiting_for = None

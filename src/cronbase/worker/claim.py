@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from operator import itemgetter
@@ -41,6 +41,7 @@ CLAIMED_COLUMNS = (
     "lease",
     "metadata",
     "flow_key",
+    "task_version",
 )
 # What a claim's summary row (its job columns NULL) may carry: the successes it wrote
 # (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs), keys
@@ -66,6 +67,8 @@ class ClaimedJob:
     metadata: dict[str, Any] | None = None
     # The limit scope a limited job counts in (flow.py); None for an unlimited job.
     flow_key: str | None = None
+    # The version of its task the job was deferred for (jobs.task_version); None: version 1.
+    task_version: int | None = None
     # What the handler returned, as JSON text; None when it returned None (set by the executor).
     result: str | None = None
     # The handler's view of its job, made by the executor when the attempt starts.
@@ -96,6 +99,15 @@ class ClaimResult:
     held: int = 0
     open_in: float | None = None
     cursor: str | None = None
+
+
+def claimable_names(versions: Mapping[str, int]) -> list[str]:
+    """What a worker registers and claims by, from its tasks' versions: each task's name (its
+    unversioned and version-1 jobs) and ``name@k`` for k from 2 to its version (the jobs
+    deferred for version k; claim_jobs names a job so). Sorted."""
+    names = list(versions)
+    names.extend(f"{name}@{k}" for name, version in versions.items() for k in range(2, version + 1))
+    return sorted(names)
 
 
 def claim_params(
@@ -181,9 +193,20 @@ def read_rows(
             if "cursor" in summary:
                 result.cursor = row[summary["cursor"]]
             continue
-        (job_id, task, queue, payload, priority, attempt, max_attempts, token, lease, meta, key) = (
-            job_columns(row)
-        )
+        (
+            job_id,
+            task,
+            queue,
+            payload,
+            priority,
+            attempt,
+            max_attempts,
+            token,
+            lease,
+            meta,
+            key,
+            version,
+        ) = job_columns(row)
         try:
             job = ClaimedJob(
                 job_id,
@@ -197,6 +220,7 @@ def read_rows(
                 timedelta(seconds=lease),
                 None if meta is None else _metadata(meta),
                 key,
+                version,
             )
         except Exception as exc:  # RecursionError, ValueError (digits), OverflowError (lease)
             bare = ClaimedJob(

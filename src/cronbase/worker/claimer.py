@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .claim import ClaimedJob, claim_jobs, claim_params, run_claim
+from .claim import ClaimedJob, claim_jobs, claim_params, claimable_names, run_claim
 from .fair_claim import fair_params, fair_statement, fair_tasks
 from .flow_claim import FlowClaim, candidate_params, claim_flow_jobs, task_flows
 from .outcomes import undecodable
@@ -54,7 +54,7 @@ class Claimer:
         self._concurrency = concurrency
         self._queues = queues
         self._queue_caps = queue_caps
-        self._task_names = sorted(tasks)
+        self._task_names = claimable_names({n: t.defaults.version for n, t in tasks.items()})
         # Fair share: the fair claim runs first when this worker has fair_key tasks; the plain
         # claim is skipped (but for carrying successes) when it has nothing else.
         self._fair = fair_tasks(tasks)

@@ -89,6 +89,7 @@ async def execute(runtime: Runtime, job: ClaimedJob) -> Outcome:
         max_attempts=job.max_attempts,
         payload=job.payload,
         metadata=job.metadata,
+        task_version=job.task_version or 1,
         lease_token=job.lease_token,
         lease=job.lease,
         worker_id=runtime.worker_id,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.metadata
 import logging
 import os
 import signal
@@ -16,12 +18,14 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..db.health import connect_when_ready
+from ..db.migrate import LATEST_VERSION
 from ..db.notifier import Notifier
 from ..db.pool import describe as describe_url
 from ..operations.metrics import serve as serve_metrics
 from ..operations.metrics import stop as stop_metrics
 from ..operations.retention import run_retention
 from ..schedule.scheduler import Scheduler
+from .claim import claimable_names
 from .claimer import Claimer
 from .completer import Completer
 from .executor import Runtime
@@ -144,6 +148,16 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
     self.started.set()
 
 
+@functools.cache
+def package_version() -> str | None:
+    """The installed cronbase's version (package metadata, no git needed); None when the code
+    runs from a source tree that was never installed."""
+    try:
+        return importlib.metadata.version("cronbase")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
     q = self.db.queries
     async with pool.connection() as conn:
@@ -155,8 +169,10 @@ async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
                 "pid": os.getpid(),
                 "queues": self.options.queues,
                 "concurrency": self.options.concurrency,
-                "tasks": sorted(self.tasks),
+                "tasks": claimable_names({n: t.defaults.version for n, t in self.tasks.items()}),
                 "supervisor": self.supervisor,
+                "version": package_version(),
+                "schema_version": LATEST_VERSION,
             },
         )
         # The limits in this code are the fleet's from now on (last worker started wins).

@@ -80,7 +80,10 @@ WITH RECURSIVE /* include: complete_jobs */, found(k, n) AS (
     SELECT c.*, (
         SELECT true FROM {schema}.jobs j
         WHERE j.flow_key = c.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
-          AND (%(tasks)s::text[] IS NULL OR j.task = ANY (%(tasks)s::text[]))
+          AND (%(tasks)s::text[] IS NULL OR (j.task = ANY (%(tasks)s::text[])
+                                              AND (j.task_version IS NULL
+                                                   OR j.task || '@' || j.task_version
+                                                      = ANY (%(tasks)s::text[]))))
           AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
         ORDER BY j.priority, j.run_at, j.id
         LIMIT 1
@@ -102,7 +105,10 @@ WITH RECURSIVE /* include: complete_jobs */, found(k, n) AS (
     SELECT p.id FROM quota q CROSS JOIN LATERAL (
         SELECT j.id FROM {schema}.jobs j
         WHERE j.flow_key = q.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
-          AND (%(tasks)s::text[] IS NULL OR j.task = ANY (%(tasks)s::text[]))
+          AND (%(tasks)s::text[] IS NULL OR (j.task = ANY (%(tasks)s::text[])
+                                              AND (j.task_version IS NULL
+                                                   OR j.task || '@' || j.task_version
+                                                      = ANY (%(tasks)s::text[]))))
           AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
         ORDER BY j.priority, j.run_at, j.id
         LIMIT q.n

@@ -107,7 +107,10 @@ WITH RECURSIVE ahead(k) AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.task, j.queue, j.flow_key, j.priority, j.run_at FROM {schema}.jobs j
         WHERE j.flow_key = s.k AND j.status IN ('queued', 'failed') AND j.run_at <= now()
-          AND (%(tasks)s::text[] IS NULL OR j.task = ANY (%(tasks)s::text[]))
+          AND (%(tasks)s::text[] IS NULL
+               OR j.task = ANY (%(tasks)s::text[])
+                  AND (j.task_version IS NULL
+                       OR j.task || '@' || j.task_version = ANY (%(tasks)s::text[])))
           AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
           AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
         ORDER BY j.priority, j.run_at, j.id
@@ -119,7 +122,10 @@ WITH RECURSIVE ahead(k) AS (
         SELECT j.id, j.task, j.queue, j.flow_key, j.priority, j.run_at FROM {schema}.jobs j
         WHERE j.queue = lq.name AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
           AND j.run_at <= now()
-          AND (%(tasks)s::text[] IS NULL OR j.task = ANY (%(tasks)s::text[]))
+          AND (%(tasks)s::text[] IS NULL
+               OR j.task = ANY (%(tasks)s::text[])
+                  AND (j.task_version IS NULL
+                       OR j.task || '@' || j.task_version = ANY (%(tasks)s::text[])))
         ORDER BY j.priority, j.run_at, j.id
         LIMIT %(scan)s
     ) c

@@ -8,10 +8,10 @@
 -- trigger: the trigger's transition table cost ~10% of a bulk insert (migration 0007).
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               metadata, flow_key)
+                               metadata, flow_key, task_version)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(metadata)s::jsonb, %(flow_key)s)
+            %(lease)s, %(metadata)s::jsonb, %(flow_key)s, %(task_version)s::integer)
     RETURNING id, queue, run_at
 ), notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM ins WHERE run_at <= now()
@@ -26,7 +26,8 @@ SELECT id, true AS created FROM ins, (SELECT count(*) FROM notified) n;
 -- period, in whole %(unique_seconds)s since the epoch, so windows are aligned in UTC and the same
 -- for every enqueuer, whatever its clock (River's by-period uniqueness, PR #734); the key is free
 -- again when the window ends. Only a job inserted (and due) notifies. No row: the job that held
--- the key ended meanwhile; the caller asks again.
+-- the key ended meanwhile; the caller asks again. %(task_version)s: NULL for version 1 (the
+-- 15-argument insert_keyed_job of migration 0018 writes it on the new row).
 SELECT k.id, k.created
 FROM (SELECT COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval) AS run_at) r
 CROSS JOIN LATERAL (
@@ -36,7 +37,8 @@ CROSS JOIN LATERAL {schema}.insert_keyed_job(
     %(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, r.run_at,
     %(max_attempts)s, %(lease)s, %(metadata)s::jsonb, %(flow_key)s, %(idempotency_key)s,
     %(dedupe_key)s, %(unique_prefix)s::text || w.window,
-    to_timestamp((w.window + 1) * %(unique_seconds)s::float8), %(channel)s
+    to_timestamp((w.window + 1) * %(unique_seconds)s::float8), %(channel)s,
+    %(task_version)s::integer
 ) k;
 
 -- name: upsert_job_replace
@@ -45,15 +47,17 @@ CROSS JOIN LATERAL {schema}.insert_keyed_job(
 -- A job inserted or replaced that is due notifies.
 WITH up AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               dedupe_key, metadata, flow_key)
+                               dedupe_key, metadata, flow_key, task_version)
     VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
             COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-            %(lease)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s)
+            %(lease)s, %(dedupe_key)s, %(metadata)s::jsonb, %(flow_key)s,
+            %(task_version)s::integer)
     ON CONFLICT (dedupe_key)
         WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'failed', 'running')
     DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
                   run_at = EXCLUDED.run_at, metadata = EXCLUDED.metadata,
-                  flow_key = EXCLUDED.flow_key, updated_at = now()
+                  flow_key = EXCLUDED.flow_key, task_version = EXCLUDED.task_version,
+                  updated_at = now()
         WHERE {schema}.jobs.status IN ('queued', 'failed')
     RETURNING id, (xmax = 0) AS created, queue, run_at
 ), notified AS (
@@ -76,10 +80,10 @@ LIMIT 1;
 -- pads the shorter array with NULLs).
 WITH ins AS (
     INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease,
-                               metadata, flow_key)
+                               metadata, flow_key, task_version)
     SELECT %(task)s, %(queue)s, p.payload, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, now() + %(delay)s::interval), %(max_attempts)s,
-           %(lease)s, %(metadata)s::jsonb, p.flow_key
+           %(lease)s, %(metadata)s::jsonb, p.flow_key, %(task_version)s::integer
     FROM unnest(%(payloads)b::text[]::jsonb[], %(flow_keys)b::text[])
         WITH ORDINALITY AS p(payload, flow_key, ord)
     ORDER BY p.ord
@@ -115,7 +119,13 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- knows waits for one that does (a rolling deploy, two projects on one database) instead of
 -- burning an attempt. A filter on the same index walk: no sort, and no cost while every waiting
 -- job is known; jobs of an unknown task at the head of the queue are stepped over on each claim
--- (`cronbase stats` and `check` show them).
+-- (`cronbase stats` and `check` show them). A job of version N >= 2 of its task (task_version,
+-- migration 0018) is matched as "task@N", which a worker registers for each version from 2 to
+-- its own: only workers with that version or later claim it. The task test stays first and
+-- alone for unversioned jobs: the planner estimates it from the task's statistics as before and
+-- the version test from task_version's (nearly all NULL), so the plan is unchanged; a CASE
+-- naming every job "task" or "task@N" was estimated at 0.5% and turned the ordered walk into
+-- a bitmap scan and a sort (test_claim_plan.py).
 -- Rows: the claimed jobs (claimed_columns: worker/claim.py reads them by name), and one row whose
 -- job columns are NULL carrying in `written` the ids of the successes written (a FULL JOIN on
 -- false: the claimed rows and that one row, with no column listed twice).
@@ -132,7 +142,10 @@ WITH /* include: complete_jobs */, picked AS MATERIALIZED (
     SELECT id FROM {schema}.jobs j
     WHERE status IN ('queued', 'failed') AND run_at <= now() /* in_queues */
       AND flow_key IS NULL
-      AND (%(tasks)s::text[] IS NULL OR task = ANY (%(tasks)s::text[]))
+      AND (%(tasks)s::text[] IS NULL
+           OR task = ANY (%(tasks)s::text[])
+              AND (task_version IS NULL
+                   OR task || '@' || task_version = ANY (%(tasks)s::text[])))
       AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.holds_claims)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
@@ -168,7 +181,7 @@ id, task, queue, payload, status, priority, run_at, attempts, max_attempts, leas
 locked_until, lease_token, idempotency_key, dedupe_key, progress, stage, last_error, error_type,
 started_at, created_at, updated_at, finished_at, metadata, flow_key, result, snoozes,
 wait_notify, unique_for_key, parents_left, has_dependents, on_parent_failure, receives,
-workflow_id, waiting_for
+workflow_id, waiting_for, task_version
 
 -- fragment: lease_picked
 -- Lease the rows of the `picked` CTE (claim_jobs, claim_flow_jobs): running, attempt counted, a
@@ -181,7 +194,7 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.task, j.queue, j.payload::text AS payload, j.priority, j.attempts,
           j.max_attempts, j.lease_token, extract(epoch FROM j.lease)::float8 AS lease,
-          j.metadata::text AS metadata, j.flow_key
+          j.metadata::text AS metadata, j.flow_key, j.task_version
 
 -- name: complete_jobs
 -- Write successes that no claim carries (a worker claiming nothing; a handler's transaction(),

@@ -3,9 +3,13 @@
 -- name: register_worker
 -- A worker announces itself when it starts (ids are unique per process start), with the queues
 -- it serves (NULL: all), the tasks it registers, and the supervisor that runs it (host:pid of
--- `cronbase worker --processes N`; NULL for a worker started on its own).
-INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency, tasks, supervisor)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s, %(supervisor)s)
+-- `cronbase worker --processes N`; NULL for a worker started on its own), and the code it runs:
+-- the package version and the newest migration it knows (`cronbase migrate` reads the latter
+-- before a contract migration).
+INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency, tasks, supervisor, version,
+                              schema_version)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s, %(supervisor)s,
+        %(version)s, %(schema_version)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: unregister_worker
@@ -24,16 +28,19 @@ ORDER BY started_at;
 -- Due waiting jobs that no live worker will claim: no worker seen within %(live_within)s serves
 -- both their queue and their task (a worker with NULL tasks, older code, claims any task). They
 -- wait for a worker that knows the task: a deploy not finished, a task renamed, a typo.
-SELECT j.task, j.queue, count(*) AS waiting, min(j.run_at) AS oldest_run_at
+-- A job of version N >= 2 of its task (migration 0018) is named "task@N", as claims match it: it
+-- is unserved while no live worker has that version of the task.
+SELECT v.task, j.queue, count(*) AS waiting, min(j.run_at) AS oldest_run_at
 FROM {schema}.jobs j
+CROSS JOIN LATERAL (SELECT CASE WHEN j.task_version IS NULL THEN j.task ELSE j.task || '@' || j.task_version END AS task) v
 WHERE j.status IN ('queued', 'failed') AND j.run_at <= now()
   AND NOT EXISTS (
       SELECT FROM {schema}.workers w
       WHERE w.last_seen_at > now() - %(live_within)s::interval
-        AND (w.tasks IS NULL OR j.task = ANY (w.tasks))
+        AND (w.tasks IS NULL OR v.task = ANY (w.tasks))
         AND (w.queues IS NULL OR j.queue = ANY (w.queues)))
-GROUP BY j.task, j.queue
-ORDER BY j.task, j.queue;
+GROUP BY v.task, j.queue
+ORDER BY v.task, j.queue;
 
 -- name: worker_overview
 -- Every registered worker with what an operator asks of it: alive (seen within
@@ -51,7 +58,8 @@ WITH running AS (
     WHERE status = 'running'
     GROUP BY locked_by
 )
-SELECT w.id, w.hostname, w.pid, w.supervisor, w.queues, w.concurrency, w.tasks, w.started_at,
+SELECT w.id, w.hostname, w.pid, w.supervisor, w.version, w.schema_version, w.queues,
+       w.concurrency, w.tasks, w.started_at,
        w.last_seen_at, extract(epoch FROM now() - w.last_seen_at)::float8 AS heartbeat_age,
        w.last_seen_at > now() - %(live_within)s::interval AS alive,
        COALESCE(r.busy, 0) AS busy,

@@ -35,13 +35,14 @@ WITH existing_live AS (
 ), node AS MATERIALIZED (
     SELECT n.ord, nextval(pg_get_serial_sequence('{schema}.jobs', 'id')) AS id, n.task, n.queue,
            n.payload, n.priority, n.run_at, n.delay, n.max_attempts, n.lease, n.metadata,
-           n.flow_key, n.receives, n.on_parent_failure
+           n.flow_key, n.receives, n.on_parent_failure, n.task_version
     FROM unnest(%(tasks)s::text[], %(queues)s::text[], %(payloads)b::text[]::jsonb[],
                 %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(delays)s::interval[],
                 %(max_attempts)s::integer[], %(leases)s::interval[], %(metadata)s::text[]::jsonb[],
-                %(flow_keys)s::text[], %(receives)s::text[], %(on_parent_failure)s::text[])
+                %(flow_keys)s::text[], %(receives)s::text[], %(on_parent_failure)s::text[],
+                %(task_versions)s::integer[])
         WITH ORDINALITY AS n(task, queue, payload, priority, run_at, delay, max_attempts, lease,
-                             metadata, flow_key, receives, on_parent_failure, ord)
+                             metadata, flow_key, receives, on_parent_failure, task_version, ord)
     WHERE (SELECT ids FROM missing) IS NULL
 ), edge AS MATERIALIZED (
     SELECT e.child_ord, COALESCE(p.id, e.parent_id) AS parent, e.position,
@@ -70,7 +71,7 @@ WITH existing_live AS (
     INSERT INTO {schema}.jobs (id, task, queue, payload, priority, run_at, max_attempts, lease,
                                metadata, flow_key, status, parents_left, has_dependents,
                                on_parent_failure, receives, workflow_id, finished_at, last_error,
-                               error_type)
+                               error_type, task_version)
     SELECT n.id, n.task, n.queue, n.payload, n.priority,
            COALESCE(n.run_at, now() + n.delay), n.max_attempts, n.lease, n.metadata, n.flow_key,
            CASE WHEN t.failure IS NOT NULL THEN 'cancelled'
@@ -81,7 +82,8 @@ WITH existing_live AS (
            (SELECT w.id FROM node w WHERE w.ord = %(workflow)s),
            CASE WHEN t.failure IS NOT NULL THEN now() END,
            t.failure,
-           CASE WHEN t.failure IS NOT NULL THEN 'ParentFailed' END
+           CASE WHEN t.failure IS NOT NULL THEN 'ParentFailed' END,
+           n.task_version
     FROM node n JOIN tally t ON t.ord = n.ord LEFT JOIN parent_node pn ON pn.parent = n.id
     ORDER BY n.ord
     RETURNING id, status, queue, run_at

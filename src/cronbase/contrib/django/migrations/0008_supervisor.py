@@ -1,4 +1,5 @@
-"""cronbase's schema at version 16 (workers.supervisor: the supervisor of a worker process)."""
+"""cronbase's schema at version 16 (workers.supervisor, version, schema_version: the supervisor
+of a worker process and the code it runs)."""
 
 from __future__ import annotations
 
