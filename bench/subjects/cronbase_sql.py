@@ -60,6 +60,7 @@ _OPTIONS: dict[str, Any] = {
     "lease": timedelta(minutes=1),
     "metadata": None,
     "flow_key": None,
+    "task_version": None,
     "channel": "cronbase_jobs",
 }
 
