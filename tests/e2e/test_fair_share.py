@@ -75,7 +75,10 @@ def drain_a_backlog_and_a_few(url: str, direct: str, tmp_path: Path, env: dict[s
     assert starts[last_b + 1 :].count("a") > A_JOBS / 2
 
 
-def test_a_small_tenant_shares_the_fleet_with_a_backlog(database_url: str, tmp_path: Path) -> None:
+def test_a_small_tenant_shares_the_fleet_with_a_backlog(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # db: the test database emptied first (a job another test left succeeded counts too).
     drain_a_backlog_and_a_few(database_url, database_url, tmp_path, {})
 
 

@@ -246,6 +246,7 @@ class Driver:
                 "lease": timedelta(minutes=5),
                 "metadata": None,
                 "flow_key": None,
+                "task_version": None,
                 "channel": self.app.channel,
             },
         ).fetchone()
