@@ -272,18 +272,19 @@ class Scenario:
         self._in_background(resume_when_reaped)
 
     def hold_success(self, n: int) -> None:
-        """Make the write of ``work_in_transaction(n)``'s success (finish_jobs, in the job's
+        """Make the write of ``work_in_transaction(n)``'s success (complete_jobs, in the job's
         transaction()) take HOLD_SECONDS on the server, in its first attempt: long enough to
-        SIGSTOP its worker between that write and its COMMIT (see :meth:`stop_holder`)."""
+        SIGSTOP its worker between that write and its COMMIT (see :meth:`stop_holder`). A
+        success moves the running row to the history (migration 0015): the trigger is on that
+        DELETE (a retry or a snooze is an UPDATE and is not held)."""
         self.db.rows(
             "CREATE FUNCTION chaos_hold_success() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN PERFORM pg_sleep({HOLD_SECONDS}); RETURN NEW; END $$"
+            f"BEGIN PERFORM pg_sleep({HOLD_SECONDS}); RETURN OLD; END $$"
         )
         self.db.rows(
-            "CREATE TRIGGER chaos_hold_success BEFORE UPDATE ON cronbase.jobs FOR EACH ROW "
+            "CREATE TRIGGER chaos_hold_success BEFORE DELETE ON cronbase.jobs FOR EACH ROW "
             "WHEN (OLD.task = 'work_in_transaction' AND OLD.attempts = 1 "
-            f"AND OLD.payload->>'n' = '{int(n)}' "
-            "AND OLD.status = 'running' AND NEW.status = 'succeeded') "
+            f"AND OLD.payload->>'n' = '{int(n)}' AND OLD.status = 'running') "
             "EXECUTE FUNCTION chaos_hold_success()"
         )
         self._held_n = n
