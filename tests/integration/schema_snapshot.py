@@ -20,7 +20,8 @@ _QUERIES = {
         SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
                CASE WHEN a.attnotnull THEN 'not null' ELSE 'null' END,
                coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
-               CASE WHEN a.attidentity <> '' THEN 'identity' ELSE '' END
+               -- A partition's identity is its parent's: PostgreSQL 17+ lists it, 15 does not.
+               CASE WHEN a.attidentity <> '' AND NOT c.relispartition THEN 'identity' ELSE '' END
         FROM pg_attribute a
         JOIN pg_class c ON c.oid = a.attrelid
         JOIN pg_namespace n ON n.oid = c.relnamespace
