@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.worker.claim import ClaimedJob, claim_params
+from cronbase.worker.claim import ClaimedJob, claim_params, claim_statement
 from cronbase.worker.fair_claim import fair_params, sized_statement
 from tests.conftest import claim_rows
 
@@ -87,6 +87,13 @@ def generic_plan(db: psycopg.Connection[Any], statement: bytes, args: str) -> li
         db.execute("DEALLOCATE hot_statement")
 
 
+def arguments(statement: bytes, values: dict[str, str]) -> str:
+    """EXECUTE's arguments for a statement's parameters, numbered in order of first use (as
+    generic_plan numbers them), each given as SQL text in ``values``."""
+    names = re.findall(rb"%\((\w+)\)[sb]", statement)
+    return ", ".join(values[name] for name in dict.fromkeys(n.decode() for n in names))
+
+
 def scans_of_jobs(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     """(scan type, index) of every scan of cronbase.jobs (the UPDATE node itself is no scan)."""
     return [
@@ -120,13 +127,19 @@ def test_claim_walks_the_partial_index_on_a_table_of_finished_jobs(
         assert_ordered_walk(explain(db, q.claim_jobs, params), {"jobs_due_idx"})
     # With a task filter the statistics say keeps few rows (50 of 22,050), a custom plan may
     # fetch those few and sort them: cheap while the estimate holds. The generic plan, which a
-    # worker's prepared claim settles on, must walk the index whatever the tasks.
-    # Parameters are numbered in order of first use: done ids, tokens and results, tasks,
-    # limit, worker.
+    # worker's prepared claim settles on (its limit written in: claim_statement), must walk the
+    # index whatever the tasks.
     task_array = "NULL" if tasks is None else "'{" + ",".join(tasks) + "}'"
-    args = f"'{{1,2}}'::bigint[], '{{}}'::uuid[], NULL::text[], {task_array}::text[], 10, "
-    args += "'plan-test'"
-    assert_ordered_walk(generic_plan(db, q.claim_jobs, args), {"jobs_due_idx"})
+    values = {
+        "done_ids": "'{1,2}'::bigint[]",
+        "done_tokens": "'{}'::uuid[]",
+        "done_results": "NULL::text[]",
+        "tasks": f"{task_array}::text[]",
+        "worker": "'plan-test'",
+    }
+    statement = claim_statement(q, None, 10)
+    assert b"%(limit)s" not in statement
+    assert_ordered_walk(generic_plan(db, statement, arguments(statement, values)), {"jobs_due_idx"})
     # And it still claims exactly what is due, in order.
     rows = claim_rows(lived_in, db, 10, "plan-test", tasks=tasks)[0]
     assert [job.task for job in rows] == ["due"] * 10
@@ -201,17 +214,14 @@ def test_the_fair_claim_probes_indexes_only(
     # one a prepared claim settles on.
     statement = sized_statement(q.claim_fair_jobs, 10)
     assert set(scans_of_jobs(explain(db, statement, params))) <= allowed
-    names = re.findall(rb"%\((\w+)\)[sb]", statement)
     values = {
         "done_ids": "'{1}'::bigint[]",
         "done_tokens": f"'{{{uuid.uuid4()}}}'::uuid[]",
         "done_results": "NULL::text[]",
-        "limit": "10",
         "after": "''",
         "worker": "'plan-test'",
         "tasks": "'{fair}'::text[]",
         "queues": "NULL::text[]",
     }
-    order = list(dict.fromkeys(name.decode() for name in names))
-    args = ", ".join(values[name] for name in order)
+    args = arguments(statement, values)
     assert set(scans_of_jobs(generic_plan(db, statement, args))) <= allowed

@@ -18,6 +18,8 @@ from datetime import timedelta
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from psycopg import sql
+
 from ..job import Payload
 
 if TYPE_CHECKING:
@@ -141,9 +143,27 @@ def done_params(done: Sequence[ClaimedJob]) -> dict[str, Any]:
     }
 
 
-def claim_statement(queries: Queries, queues: Sequence[str] | None) -> bytes:
-    """claim_jobs, or claim_jobs_in_queues (its own index) for a worker of some queues."""
-    return queries.claim_jobs_in_queues if queues else queries.claim_jobs
+@functools.lru_cache(maxsize=256)
+def written_in(template: bytes, sizes: tuple[tuple[str, int], ...]) -> bytes:
+    """A claim statement with its sizes (``%(limit)s`` ...) written in as numbers.
+
+    With a size as a parameter PostgreSQL never settles on a generic plan for the prepared
+    statement (a LIMIT it cannot see is costed as 10% of the rows: the generic plan looks many
+    times dearer), so it plans the statement on every claim. With the numbers in the text the
+    generic plan is chosen after five claims: claim_jobs carrying 10 successes and leasing 10
+    jobs went 1.02 -> 0.69 ms, claim_fair_jobs 3.7 -> 1.1 ms (p10, on a loaded machine). One
+    prepared statement per size a worker claims with: at most its concurrency + 1.
+    """
+    for name, value in sizes:
+        template = template.replace(f"%({name})s".encode(), sql.Literal(value).as_bytes(None))
+    return template
+
+
+def claim_statement(queries: Queries, queues: Sequence[str] | None, limit: int) -> bytes:
+    """claim_jobs, or claim_jobs_in_queues (its own index) for a worker of some queues, for a
+    claim of ``limit`` jobs (written in: :func:`written_in`)."""
+    template = queries.claim_jobs_in_queues if queues else queries.claim_jobs
+    return written_in(template, (("limit", limit),))
 
 
 def _metadata(text: str) -> dict[str, Any] | None:
@@ -240,7 +260,8 @@ async def claim_jobs(
 ) -> ClaimResult:
     """Run the claim on ``conn`` (params from :func:`claim_params`; ``loads``: the Database's
     ``json_loads``)."""
-    return await run_claim(conn, claim_statement(queries, params["queues"]), params, loads)
+    statement = claim_statement(queries, params["queues"], params["limit"])
+    return await run_claim(conn, statement, params, loads)
 
 
 def claim_jobs_sync(
@@ -250,7 +271,8 @@ def claim_jobs_sync(
     loads: Loads = json.loads,
 ) -> ClaimResult:
     """The sync twin of :func:`claim_jobs`, for tests and the bench."""
-    return run_claim_sync(conn, claim_statement(queries, params["queues"]), params, loads)
+    statement = claim_statement(queries, params["queues"], params["limit"])
+    return run_claim_sync(conn, statement, params, loads)
 
 
 async def run_claim(

@@ -7,13 +7,10 @@ one, unchanged.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
-
-from .claim import ClaimedJob, done_params
+from .claim import ClaimedJob, done_params, written_in
 
 if TYPE_CHECKING:
     from ..db.queries import Queries
@@ -54,20 +51,11 @@ def fair_params(
     }
 
 
-@functools.lru_cache(maxsize=256)
 def sized_statement(template: bytes, limit: int) -> bytes:
-    """claim_fair_jobs with its sizes (%(limit)s, %(probe)s, %(scan)s) written in as numbers.
-
-    With them as parameters PostgreSQL never settles on a generic plan for the prepared statement
-    (a LIMIT it cannot see is costed as 10% of the rows: the generic plan looked 18x dearer), so
-    it planned the statement on every claim: 0.9 ms, twice its execution. With the numbers in the
-    text the generic plan is chosen after five claims (p10 per claim 3.7 -> 1.1 ms on a loaded
-    machine). One prepared statement per limit a worker claims with: at most its concurrency.
-    """
-    sizes = {"limit": limit, "probe": max(limit, 1) * PROBE_FACTOR, "scan": SCAN_KEYS}
-    for name, value in sizes.items():
-        template = template.replace(f"%({name})s".encode(), sql.Literal(value).as_bytes(None))
-    return template
+    """claim_fair_jobs with its sizes (%(limit)s, %(probe)s, %(scan)s) written in as numbers
+    (:func:`~cronbase.worker.claim.written_in`: so the prepared claim gets a generic plan)."""
+    probe = max(limit, 1) * PROBE_FACTOR
+    return written_in(template, (("limit", limit), ("probe", probe), ("scan", SCAN_KEYS)))
 
 
 def fair_statement(queries: Queries, limit: int) -> bytes:
