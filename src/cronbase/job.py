@@ -161,6 +161,9 @@ class Job(Record):
     workflow_id: int | None = None
     # The event a suspended job waits for (current_job().wait_for); None otherwise.
     waiting_for: str | None = None
+    # The version of its task the job was deferred for (@app.task(version=N)); None: version 1
+    # (or deferred by a release without versions). Only workers of that version or later run it.
+    task_version: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

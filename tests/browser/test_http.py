@@ -450,6 +450,9 @@ def test_the_job_page_shows_the_result(
     )
     page = client.get(f"/jobs/{job_id}").text
     assert "snoozed 3 times" in page
+    assert " · version" not in page  # an unversioned job's page names no version
+    db.execute("UPDATE cronbase.jobs SET task_version = 3 WHERE id = %s", (job_id,))
+    assert " · version 3</td>" in client.get(f"/jobs/{job_id}").text
     assert '<pre class="payload" id="job-result">' in page
     assert "&lt;msg-1&gt;" in page  # escaped
 

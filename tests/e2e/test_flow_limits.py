@@ -171,13 +171,18 @@ def test_a_full_key_does_not_delay_the_other_keys(
     assert slow_done is not None
     # The other keys were all served while the slow key still had most of its backlog.
     assert slow_done[0] < 10
+    # Ordered, not timed (a time bound failed only on a loaded machine): every other key's job
+    # started before the slow key's 10th did, i.e. within half of that key's 6 s backlog.
     waits = db.execute(
-        "SELECT max(extract(epoch FROM e.start_at - j.created_at)) FROM flow_executions e "
-        "JOIN cronbase.jobs_all j ON j.id = e.job_id WHERE e.key LIKE 'k%%'"
+        "SELECT max(e.start_at) FILTER (WHERE e.key LIKE 'k%%'), "
+        "(array_agg(e.start_at ORDER BY e.start_at) FILTER (WHERE e.key = 'slow'))[10], "
+        "max(extract(epoch FROM e.start_at - j.created_at)) FILTER (WHERE e.key LIKE 'k%%') "
+        "FROM flow_executions e JOIN cronbase.jobs_all j ON j.id = e.job_id"
     ).fetchone()
     assert waits is not None
-    print(f"other keys: longest wait from defer to start {waits[0]:.3f}s")
-    assert waits[0] < 2.0
+    last_other, tenth_slow, longest = waits
+    print(f"other keys: longest wait from defer to start {longest:.3f}s")
+    assert tenth_slow is None or last_other < tenth_slow
     wait_all_done(db, 80)
     assert max_running(db, "key")["slow"] == 1
 

@@ -173,7 +173,7 @@ def test_an_isolated_handler_is_killed_at_its_timeout(
     row = job_row(db, job_id)
     assert (row["status"], row["attempts"], row["error_type"]) == ("dead", 2, "TimeoutError")
     assert row["last_error"] == (
-        "TimeoutError: handler ran past its timeout of 0:00:01; its process was killed"
+        "TimeoutError: handler ran past its timeout of 0:00:03; its process was killed"
     )
 
 

@@ -20,6 +20,9 @@ from tests.e2e import worker_app
 app = cronbase.App()
 
 TIMEOUT = timedelta(seconds=1)
+# An isolated handler's timeout also covers its child's start (spawn, imports, the child's own
+# pool for record()): over 1 s on a loaded machine, so the child was killed before it recorded.
+ISOLATED_TIMEOUT = timedelta(seconds=3)
 # Retries come soon: what these tests watch is whether the next attempt waits for the last one.
 SOON = cronbase.Backoff(base=timedelta(milliseconds=100), jitter=0)
 
@@ -79,7 +82,7 @@ async def stubborn_async(seconds: float) -> None:
     await asyncio.to_thread(record, "ended")
 
 
-@app.task(timeout=TIMEOUT, max_attempts=2, isolation="process", retry=SOON)
+@app.task(timeout=ISOLATED_TIMEOUT, max_attempts=2, isolation="process", retry=SOON)
 def isolated_sleeper(seconds: float) -> None:
     """Runs in a child process, which the worker kills at the timeout."""
     record("started")

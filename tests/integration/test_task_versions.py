@@ -10,8 +10,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from rich.console import Console
 
 import cronbase
+from cronbase.cli.jobs import job_details
 from cronbase.db.migrate import LATEST_VERSION
 from cronbase.schedule.scheduler import Scheduler
 from cronbase.worker.claim import claimable_names
@@ -77,6 +79,13 @@ def test_an_old_worker_leaves_version_2_jobs_and_a_new_one_claims_both(
         keyed = new.tasks["work"].configure(idempotency_key="k").defer(n=5)
         assert state(db, v1) == ("queued", 0, None)
         assert {state(db, i)[2] for i in [v2, *many, keyed]} == {2}
+        # The API, `cronbase jobs show` and the job page (test_http.py) say it too.
+        assert (old.jobs.get(v1).task_version, new.jobs.get(v2).task_version) == (None, 2)
+        for job_id, shown in ((v2, ["task version  2"]), (v1, [])):
+            console = Console(width=100, record=True)
+            console.print(job_details(new.jobs.get(job_id)))
+            lines = [line.strip() for line in console.export_text().splitlines()]
+            assert [line for line in lines if line.startswith("task version")] == shown
 
         burst(old)
         assert ran == ["v1:1"]

@@ -135,6 +135,7 @@ def job_row(**changes: object) -> dict[str, object]:
         "parents_left": 0,
         "workflow_id": None,
         "waiting_for": None,
+        "task_version": 2,
     }
     row.update(changes)
     return row
@@ -149,7 +150,7 @@ def test_job_from_a_row_and_to_json() -> None:
     assert out["run_at"] == "2030-01-02T03:04:05+00:00"
     assert out["lease"] == 90.0
     assert out["payload"] == {"invoice_id": 812}
-    assert (out["result"], out["snoozes"]) == ({"total": 3}, 2)
+    assert (out["result"], out["snoozes"], out["task_version"]) == ({"total": 3}, 2, 2)
     assert "lease_token" not in out
 
 

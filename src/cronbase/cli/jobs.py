@@ -154,6 +154,7 @@ def job_details(job: Job) -> Table:
     rows: list[tuple[str, str | Text]] = [
         ("job", str(job.id)),
         ("task", Text(job.task)),
+        ("task version", "" if job.task_version is None else str(job.task_version)),
         ("queue", Text(job.queue)),
         ("status", status_text(job.status)),
         (

@@ -22,7 +22,7 @@
 
 -- name: claim_fair_jobs
 -- %(limit)s, %(probe)s and %(scan)s are written in as numbers before it runs
--- (worker/fair_claim.py, sized_statement: so a prepared claim gets a generic plan).
+-- (worker/claim.py, written_in: so a prepared claim gets a generic plan).
 -- Record (move to the history) this worker's waiting successes, as claim_jobs does (the same
 -- complete_jobs fragment, one round trip), and lease up to
 -- %(limit)s due fair jobs, round robin by pass across their keys. The cost does not grow with
@@ -39,13 +39,14 @@
 --    key holding the lowest pass, which sets the clock, would win them for good.
 -- 3. candidates / probed: the %(probe)s busy keys with the lowest next pass (pass + 1 / weight,
 --    fair_keys_next_idx) and the fresh keys found, in that order, each probed for a due job of
---    this worker's tasks and queues (one index probe: a scalar sub-select with ORDER BY and
---    LIMIT 1; EXISTS became a semi-join hashing every waiting job, 12 ms at 20,000 jobs).
+--    this worker's tasks and queues (fair_due_jobs; one index probe: a scalar sub-select with
+--    ORDER BY and LIMIT 1; EXISTS became a semi-join hashing every waiting job, 12 ms at
+--    20,000 jobs).
 -- 4. served / quota: of the keys with a due job, the %(limit)s smallest tags pass + i / weight
 --    (i = 1, 2, ...): the weighted round robin of one claim, as slots per key.
--- 5. picked: per key, its quota of jobs in priority order, FOR UPDATE SKIP LOCKED inside the
---    LATERAL (workers claiming the same key at once take different jobs: a key alone keeps
---    every worker busy). A claim may take fewer than %(limit)s (jobs locked by another claim).
+-- 5. picked: per key, its quota of jobs in priority order (fair_due_jobs), FOR UPDATE SKIP
+--    LOCKED inside the LATERAL (workers claiming the same key at once take different jobs: a
+--    key alone keeps every worker busy). A claim may take fewer than %(limit)s (jobs locked by another claim).
 -- 6. advanced: keys claimed from advance; fresh keys found join the busy ones at the clock;
 --    busy keys probed without a due job turn idle (counted in `held`: a claim that took nothing
 --    but did that is tried again at once, the next keys may have work). Rows in scope order, so
@@ -77,19 +78,9 @@ WITH RECURSIVE /* include: complete_jobs */, found(k, n) AS (
       AND (%(queues)s::text[] IS NULL
            OR split_part(substr(f.k, 6), '|', 1) = ANY (%(queues)s::text[]))
 ), probed AS MATERIALIZED (
-    SELECT c.*, (
-        SELECT true FROM {schema}.jobs j
-        WHERE j.flow_key = c.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
-          AND (%(tasks)s::text[] IS NULL OR (j.task = ANY (%(tasks)s::text[])
-                                              AND (j.task_version IS NULL
-                                                   OR j.task || '@' || j.task_version
-                                                      = ANY (%(tasks)s::text[]))))
-          AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
-        ORDER BY j.priority, j.run_at, j.id
-        LIMIT 1
-    ) IS NOT NULL AS is_due
+    SELECT k.*, (/* include: fair_due_jobs */ LIMIT 1) IS NOT NULL AS is_due
     FROM (SELECT * FROM candidates ORDER BY pass + 1 / weight, fresh DESC, scope
-          LIMIT %(probe)s) c
+          LIMIT %(probe)s) k
 ), served AS MATERIALIZED (
     SELECT scope, weight, pass, fresh FROM probed WHERE is_due
     ORDER BY pass + 1 / weight, fresh DESC, scope
@@ -102,16 +93,9 @@ WITH RECURSIVE /* include: complete_jobs */, found(k, n) AS (
     ) t
     GROUP BY t.scope
 ), picked AS MATERIALIZED (
-    SELECT p.id FROM quota q CROSS JOIN LATERAL (
-        SELECT j.id FROM {schema}.jobs j
-        WHERE j.flow_key = q.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
-          AND (%(tasks)s::text[] IS NULL OR (j.task = ANY (%(tasks)s::text[])
-                                              AND (j.task_version IS NULL
-                                                   OR j.task || '@' || j.task_version
-                                                      = ANY (%(tasks)s::text[]))))
-          AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
-        ORDER BY j.priority, j.run_at, j.id
-        LIMIT q.n
+    SELECT p.id FROM quota k CROSS JOIN LATERAL (
+        /* include: fair_due_jobs */
+        LIMIT k.n
         FOR UPDATE OF j SKIP LOCKED
     ) p
     -- Never more than the quotas add up to; said again so the planner knows the row count
@@ -151,6 +135,18 @@ SELECT * FROM claimed FULL JOIN (
            (SELECT count(*) FROM probed WHERE NOT fresh AND NOT is_due)::integer AS held,
            (SELECT k FROM found WHERE n = %(scan)s) AS cursor
 ) summary ON false;
+
+-- fragment: fair_due_jobs
+-- The due jobs of the fair key k.scope that this worker may run (its tasks, unpaused queues), in
+-- the order a claim takes them: `probed` asks whether there is one, `picked` leases its quota.
+SELECT j.id FROM {schema}.jobs j
+WHERE j.flow_key = k.scope AND j.status IN ('queued', 'failed') AND j.run_at <= now()
+  AND (%(tasks)s::text[] IS NULL OR (j.task = ANY (%(tasks)s::text[])
+                                      AND (j.task_version IS NULL
+                                           OR j.task || '@' || j.task_version
+                                              = ANY (%(tasks)s::text[]))))
+  AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.is_paused)
+ORDER BY j.priority, j.run_at, j.id
 
 -- name: set_fair_weight
 -- An operator's weight for one key (1: the default share). A key first named here starts idle:
