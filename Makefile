@@ -111,7 +111,7 @@ $(BENCH_STAMP): pyproject.toml bench/requirements.txt bench/requirements-nodeps.
 
 # make soak: cronbase under sustained load with retention, schedules and an idle-in-transaction
 # session, sampled every minute (bench/README.md, "The soak"); about 21 minutes by default, in
-# bench/.venv (matplotlib for the plot). SOAK_ARGS="--minutes 5 --rate-fraction 0.3" and more:
+# bench/.venv (matplotlib for the plot). SOAK_ARGS="--minutes 5 --rate-fraction 0.1" and more:
 # bench/.venv/bin/python -m bench.soak --help. make soak-ci: CI's 2-minute version with the
 # project's .venv (no plot), which tests/soak/test_soak_ci.py runs in make test.
 .PHONY: soak soak-ci

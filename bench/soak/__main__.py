@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="CI's 2-minute version, small scale")
     parser.add_argument("--minutes", type=float, help="length of the run (default 20)")
     parser.add_argument(
-        "--rate-fraction", type=float, help="of the measured capacity (default 0.3)"
+        "--rate-fraction", type=float, help="of the measured capacity (default 0.1)"
     )
     parser.add_argument("--max-rate", type=float, help="a ceiling on the rate, jobs/s")
     parser.add_argument("--workers", type=int, help="worker processes (default 2)")
