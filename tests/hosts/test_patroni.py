@@ -426,8 +426,10 @@ def test_asynchronous_replication_loses_the_newest_acknowledged_work(
     # The replicas held behind, for BEHIND acknowledged defers, then a kill.
     drain.wait_progress(BETWEEN // 2)
     leader = cluster.wait_leader()
-    stalled_at = time.monotonic()
     stall_replication(leader)
+    # Taken once the WAL senders are stopped: a defer that started before (CI: one call, between
+    # a clock read taken first and the SIGSTOP) may have reached a replica and survive.
+    stalled_at = time.monotonic()
     drain.wait_acknowledged_after(stalled_at, BEHIND)
     behind = drain.kill_leader()
     drain.wait_acknowledged_after(behind.done, DEFERS_AFTER)
