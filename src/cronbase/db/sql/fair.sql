@@ -46,7 +46,8 @@
 --    (i = 1, 2, ...): the weighted round robin of one claim, as slots per key.
 -- 5. picked: per key, its quota of jobs in priority order (fair_due_jobs), FOR UPDATE SKIP
 --    LOCKED inside the LATERAL (workers claiming the same key at once take different jobs: a
---    key alone keeps every worker busy). A claim may take fewer than %(limit)s (jobs locked by another claim).
+--    key alone keeps every worker busy). A claim may take fewer than %(limit)s (jobs locked
+--    by another claim).
 -- 6. advanced: keys claimed from advance; fresh keys found join the busy ones at the clock;
 --    busy keys probed without a due job turn idle (counted in `held`: a claim that took nothing
 --    but did that is tried again at once, the next keys may have work). Rows in scope order, so
