@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import random
 import signal
 import sys
@@ -56,7 +55,7 @@ import psycopg
 import cronbase
 from cronbase.dashboard import create_app
 
-from . import harness
+from . import harness, report
 from .cluster import Cluster, running_cluster
 from .run import machine
 from .subjects import cronbase_sql, cronbase_subject, pgqueuer_subject, procrastinate_subject
@@ -548,13 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "plans": plans,
     }
-    text = markdown(result)
-    a.out.mkdir(parents=True, exist_ok=True)
-    stamp = when.strftime("%Y%m%dT%H%M%SZ")
-    (a.out / f"history-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
-    (a.out / f"history-{stamp}.md").write_text(text)
-    print()
-    print(text)
+    report.write_results(a.out, "history", when, result, markdown(result))
     return 0
 
 

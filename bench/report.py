@@ -3,6 +3,9 @@ ratio to each peer, and the issue's targets with met / missed."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from pathlib import Path
 from typing import Any
 
 Row = dict[str, Any]
@@ -302,3 +305,18 @@ def peer_table(rows: list[Row], p: str) -> list[str]:
             f"| drain, best of each | {cb_best['median']:,.0f} jobs/s | " + " | ".join(cells) + " |"
         )
     return out
+
+
+def write_results(
+    out: Path, kind: str, when: dt.datetime, result: dict[str, Any], text: str
+) -> Path:
+    """Write ``<kind>-<UTC stamp>.json`` and ``.md`` into ``out`` and print the Markdown; the JSON
+    file's path (every bench script reports this way)."""
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = when.strftime("%Y%m%dT%H%M%SZ")
+    path = out / f"{kind}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=2, default=str))
+    path.with_suffix(".md").write_text(text)
+    print()
+    print(text)
+    return path

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -312,13 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     markdown = report.markdown(result)
     if profile_text:
         markdown += "\n## Profile of one cronbase drain\n\n```\n" + profile_text + "\n```\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = when.strftime("%Y%m%dT%H%M%SZ")
-    (args.out / f"bench-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
-    (args.out / f"bench-{stamp}.md").write_text(markdown)
-    print()
-    print(markdown)
-    print(f"wrote {args.out / f'bench-{stamp}.json'} and .md ({elapsed:.0f}s)")
+    path = report.write_results(args.out, "bench", when, result, markdown)
+    print(f"wrote {path} and .md ({elapsed:.0f}s)")
     return 0
 
 

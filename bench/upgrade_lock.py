@@ -46,7 +46,7 @@ import psycopg
 
 from cronbase.db import migrate
 
-from . import harness
+from . import harness, report
 from .cluster import running_cluster
 from .run import machine
 
@@ -366,13 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             "errors": probe.errors,
         },
     }
-    text = markdown(result)
-    a.out.mkdir(parents=True, exist_ok=True)
-    stamp = when.strftime("%Y%m%dT%H%M%SZ")
-    (a.out / f"upgrade-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
-    (a.out / f"upgrade-{stamp}.md").write_text(text)
-    print()
-    print(text)
+    report.write_results(a.out, "upgrade", when, result, markdown(result))
     return 0
 
 
