@@ -10,6 +10,7 @@ datetime.timedelta(microseconds=500000)
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 
 from .errors import ConfigurationError
@@ -54,6 +55,34 @@ def optional_duration(
 ) -> timedelta | None:
     """:func:`duration`, or None for None (a parameter whose None means "none", "never")."""
     return None if value is None else duration(what, value, positive=positive, signed=signed)
+
+
+_TEXT = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_TEXT_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_span(value: str) -> timedelta:
+    """What an operator types for a duration (``30s``, ``5m``, ``2h``, ``7d``, ``1w``: the CLI's
+    ``--older-than``, the dashboard's fields); ConfigurationError naming it otherwise."""
+    match = _TEXT.match(value.strip())
+    if not match:
+        raise ConfigurationError(f"{value!r} is not a duration; use e.g. 30s, 5m, 2h, 7d or 1w")
+    try:
+        return timedelta(**{_TEXT_UNITS[match.group(2)]: float(match.group(1))})
+    except OverflowError:
+        raise ConfigurationError(
+            f"{value!r} is longer than a duration can be (999,999,999 days)"
+        ) from None
+
+
+def duration_text(value: timedelta) -> str:
+    """A duration as an operator types it, which parse_span reads back: ``7d``, ``12h``, ``90s``
+    (never ``0:00:00``)."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def span(seconds: float, *, minutes_from: float = 120, hours_from: float = 7200) -> str:

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from .checks import check_key
-from .durations import DurationLike, duration
+from .durations import DurationLike, duration, duration_text
 from .errors import ConfigurationError, PayloadError
 
 _INT4_MAX = 2**31 - 1
@@ -55,6 +55,17 @@ class Rate:
                 count = seconds // size
                 return f"{self.n}/{unit}" if count == 1 else f"{self.n}/{count} {unit}s"
         return f"{self.n}/second" if seconds == 1 else f"{self.n}/{seconds} seconds"
+
+
+@dataclass(frozen=True)
+class Aging:
+    """Priority aging of a queue: ``step`` priority gained for each ``every`` a job waits."""
+
+    every: timedelta
+    step: int
+
+    def __str__(self) -> str:
+        return f"{self.step} every {duration_text(self.every)}"
 
 
 def parse_rate(value: object, what: str = "rate_limit") -> Rate:

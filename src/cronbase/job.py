@@ -164,12 +164,23 @@ class Job(Record):
     # The version of its task the job was deferred for (@app.task(version=N)); None: version 1
     # (or deferred by a release without versions). Only workers of that version or later run it.
     task_version: int | None = None
+    # The priority it was deferred with, once priority aging (app.queues.set_aging) raised it
+    # to ``priority``; None: never aged.
+    base_priority: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         values = {f.name: row[f.name] for f in fields(cls)}
         values["status"] = JobStatus(values["status"])
         return cls(**values)
+
+    @property
+    def priority_label(self) -> str:
+        """``100``, or ``40 (aged from 100)`` once priority aging raised it (jobs show, the
+        dashboard's job page)."""
+        if self.base_priority is None:
+            return str(self.priority)
+        return f"{self.priority} (aged from {self.base_priority})"
 
 
 @dataclass(frozen=True)

@@ -386,6 +386,8 @@ def test_hostile_form_fields_are_a_400_naming_them_and_change_nothing(
         ("/queues/limit", {"queue": "emails", "max_running": "4294967296"}, "at least 1, got"),
         ("/queues/rate", {"queue": "emails", "rate": "1/99999999999999 days"}, "out of range"),
         ("/queues/rate", {"queue": "emails", "rate": "9" * 5000 + "/minute"}, "is not a rate"),
+        ("/queues/aging", {"queue": "emails", "aging": "9" * 5000}, "is not a duration"),
+        ("/queues/aging", {"queue": "emails", "aging": "9" * 15 + "w"}, "longer than a duration"),
         ("/jobs/bulk", {"action": "retry", "ids": "9" * 20}, "a job id must be a whole number"),
         ("/jobs/bulk", {"action": "retry", "ids": "1_0"}, "got '1_0'"),
         ("/jobs/bulk", {"action": "retry", "ids": "-1"}, "got '-1'"),
@@ -528,6 +530,7 @@ def test_the_dashboard_refuses_a_queue_nothing_uses_as_the_command_does(
         ("/queues/resume", {}),
         ("/queues/limit", {"max_running": "5"}),
         ("/queues/rate", {"rate": "10/minute"}),
+        ("/queues/aging", {"aging": "5m"}),
     ]:
         refused = client.post(path, data={"queue": "emials", "csrf_token": token, **extra})
         assert refused.status_code == 400, path

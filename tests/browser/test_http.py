@@ -387,15 +387,18 @@ def test_queue_limits_are_set_and_shown_from_the_overview(
     for path, data, notice in [
         ("/queues/limit", {"queue": "emails", "max_running": "5"}, "queue-limited"),
         ("/queues/rate", {"queue": "emails", "rate": "100/minute"}, "queue-rated"),
+        ("/queues/aging", {"queue": "emails", "aging": "5m"}, "queue-aged"),
     ]:
         done = client.post(path, data={**data, "csrf_token": token})
         assert (done.status_code, done.headers["location"]) == (303, f"/?done={notice}")
     page = client.get("/").text
     assert 'name="max_running" size="4" value="5"' in page
     assert 'name="rate" size="10" value="100/minute"' in page
+    assert 'name="aging" size="5" value="5m"' in page
     assert db.execute(
-        "SELECT max_running, rate_n FROM cronbase.queues WHERE name = 'emails'"
-    ).fetchone() == (5, 100)
+        "SELECT max_running, rate_n, aging_every, aging_step FROM cronbase.queues"
+        " WHERE name = 'emails'"
+    ).fetchone() == (5, 100, timedelta(minutes=5), 10)
     # A bad value is bad input (400), refused with its one-line reason, and changes nothing.
     for data, message in [
         ({"queue": "emails", "max_running": "lots"}, "limit &#39;lots&#39; is not a whole number"),
@@ -409,12 +412,25 @@ def test_queue_limits_are_set_and_shown_from_the_overview(
     )
     assert refused.status_code == 400
     assert "is not a rate" in refused.text
+    for value, message in [
+        ("soon", "&#39;soon&#39; is not a duration; use e.g. 30s, 5m"),
+        ("0.5s", "aging interval must be at least 1 second"),
+    ]:
+        data = {"queue": "emails", "aging": value, "csrf_token": token}
+        refused = client.post("/queues/aging", data=data)
+        assert refused.status_code == 400
+        assert message in refused.text
     # Empty removes a limit.
     client.post("/queues/limit", data={"queue": "emails", "max_running": "", "csrf_token": token})
     assert db.execute(
         "SELECT max_running, rate_n FROM cronbase.queues WHERE name = 'emails'"
     ).fetchone() == (None, 100)
-    assert [a for _, a, _ in audit_rows(db)] == ["queue.limit", "queue.rate", "queue.limit"]
+    assert [a for _, a, _ in audit_rows(db)] == [
+        "queue.limit",
+        "queue.rate",
+        "queue.aging",
+        "queue.limit",
+    ]
 
 
 def test_the_overview_shows_the_busiest_fair_keys(

@@ -187,6 +187,36 @@ def test_queue_limit_and_rate_from_the_command_line(
     ]
 
 
+def test_queue_aging_from_the_command_line(database_url: str, db: psycopg.Connection[Any]) -> None:
+    db.execute("INSERT INTO cronbase.jobs (task, queue, payload) VALUES ('t', 'imports', '{}')")
+    aging = ("queues", "aging", "imports")
+    assert ok(cronbase(database_url, *aging, "5m", "--step", "20")).strip() == (
+        "imports: active, waiting jobs gain 20 priority every 5m"
+    )
+    listed = ok(cronbase(database_url, "queues", "list")).splitlines()
+    assert "imports: active, waiting jobs gain 20 priority every 5m" in listed
+    stats = json.loads(ok(cronbase(database_url, "stats", "--json")))
+    assert [q["aging"] for q in stats["queues"] if q["queue"] == "imports"] == ["20 every 5m"]
+    assert db.execute(
+        "SELECT aging_every, aging_step FROM cronbase.queues WHERE name = 'imports'"
+    ).fetchone() == (timedelta(minutes=5), 20)
+    for args, message in [
+        (("soon",), "'soon' is not a duration; use e.g. 30s, 5m, 2h, 7d or 1w"),
+        (("0s",), "queue 'imports' aging interval must be a duration of more than 0"),
+        (("1m", "--step", "0"), "0 is not in the range x>=1"),
+    ]:
+        result = cronbase(database_url, *aging, *args)
+        assert result.returncode != 0, args
+        assert message in result.stderr, result.stderr
+    typo = cronbase(database_url, "queues", "aging", "imprts", "5m")
+    assert typo.returncode != 0
+    assert "no task, job or worker uses queue 'imprts'" in typo.stderr
+    assert ok(cronbase(database_url, *aging, "none")).strip() == "imports: active"
+    assert db.execute(
+        "SELECT detail->>'aging' FROM cronbase.audit_log WHERE action = 'queue.aging' ORDER BY id"
+    ).fetchall() == [("20 every 5m",), (None,)]
+
+
 def test_bad_queue_limits_are_one_line_errors_that_change_nothing(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:

@@ -136,6 +136,7 @@ def job_row(**changes: object) -> dict[str, object]:
         "workflow_id": None,
         "waiting_for": None,
         "task_version": 2,
+        "base_priority": 120,
     }
     row.update(changes)
     return row
@@ -151,6 +152,8 @@ def test_job_from_a_row_and_to_json() -> None:
     assert out["lease"] == 90.0
     assert out["payload"] == {"invoice_id": 812}
     assert (out["result"], out["snoozes"], out["task_version"]) == ({"total": 3}, 2, 2)
+    assert (out["priority"], out["base_priority"]) == (job.priority, 120)
+    assert job.priority_label == f"{job.priority} (aged from 120)"
     assert "lease_token" not in out
 
 

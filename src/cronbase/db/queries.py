@@ -180,6 +180,7 @@ class Queries:
     release_jobs: bytes
     release_orphaned_jobs: bytes
     reap_expired_jobs: bytes
+    age_priorities: bytes
     limit_idle_transaction: bytes
     holds_lease: bytes
     get_job: bytes
@@ -233,6 +234,7 @@ class Queries:
     list_limited_queues: bytes
     set_queue_limit: bytes
     set_queue_rate: bytes
+    set_queue_aging: bytes
     claim_flow_candidates: bytes
     claim_flow_jobs: bytes
     prune_flow_logs: bytes

@@ -10,6 +10,12 @@ already waiting obey them; running jobs count at once. The plain claim stops tak
 jobs as soon as the limit commits, and each worker's flow claim (``db/sql/flow.sql``) takes them
 from its next reap on (``reap_interval``, 5 s by default).
 
+Priority aging: ``set_aging(name, timedelta(minutes=5), step=10)``: a waiting job of the queue
+gains 10 priority (lower runs first) for each 5 minutes it has been due, down to 0 at most, so a
+stream of higher-priority jobs never holds a lower one back for good. The workers' reaper round
+writes the aged priority into the job (``age_priorities`` in ``db/sql/jobs.sql``), so claims
+order by it as they order by any priority.
+
 Fair share: ``set_weight(name, key, 2)`` gives the fair key ``key`` of queue ``name`` twice the
 share of a key of weight 1 (the default) while both have due jobs (``db/sql/fair.sql``);
 ``fair_keys(name)`` lists the busiest keys with their backlog, running jobs and weights.
@@ -24,18 +30,25 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..checks import check_name
 from ..db.database import Row
-from ..errors import InvalidNameError
-from ..flow import Rate, check_limit, check_weight, fair_scope, parse_rate
+from ..durations import DurationLike, duration
+from ..errors import ConfigurationError, InvalidNameError
+from ..flow import Aging, Rate, check_limit, check_weight, fair_scope, parse_rate
 from .audited import DEFAULT_ACTOR, Action, perform, perform_async
 from .fleet import workers, workers_async
 
 if TYPE_CHECKING:
     from ..db.database import Database
+
+
+# A default-priority job (100) aged by 10 a step reaches the top (0) after ten steps.
+DEFAULT_AGING_STEP = 10
+# Shorter steps would have the reaper rewrite waiting rows all the time for no useful order.
+MIN_AGING_EVERY = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -48,10 +61,13 @@ class QueueState:
     max_running: int | None = None
     # At most rate.n starts in any window of rate.period; None: no rate limit.
     rate: Rate | None = None
+    # Priority aging of its waiting jobs; None: none.
+    aging: Aging | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> QueueState:
         rate_n, period = row.get("rate_n"), row.get("rate_period")
+        every, step = row.get("aging_every"), row.get("aging_step")
         return cls(
             row["name"],
             row["is_paused"],
@@ -59,6 +75,7 @@ class QueueState:
             row["paused_by"],
             row.get("max_running"),
             Rate(rate_n, period) if rate_n is not None and period is not None else None,
+            Aging(every, step) if every is not None and step is not None else None,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -69,6 +86,9 @@ class QueueState:
             "paused_by": self.paused_by,
             "max_running": self.max_running,
             "rate": None if self.rate is None else str(self.rate),
+            "aging": None
+            if self.aging is None
+            else {"every_seconds": self.aging.every.total_seconds(), "step": self.aging.step},
         }
 
 
@@ -106,6 +126,24 @@ def rate_params(name: str, rate: str | Rate | None) -> dict[str, object]:
         "name": name,
         "rate_n": parsed.n if parsed else None,
         "rate_period": parsed.period if parsed else None,
+    }
+
+
+def aging_params(
+    name: str, every: DurationLike | None, step: int = DEFAULT_AGING_STEP
+) -> dict[str, object]:
+    _check(name)
+    if every is None:
+        return {"name": name, "aging_every": None, "aging_step": None}
+    delta = duration(f"queue {name!r} aging interval", every, positive=True)
+    if delta < MIN_AGING_EVERY:
+        raise ConfigurationError(
+            f"queue {name!r} aging interval must be at least 1 second, got {every!r}"
+        )
+    return {
+        "name": name,
+        "aging_every": delta,
+        "aging_step": check_limit(f"queue {name!r} aging step", step),
     }
 
 
@@ -198,6 +236,32 @@ class Queues:
         action = self._set(self.db.queries.set_queue_rate, rate_params(name, rate))
         return await perform_async(self.db, actor, "queue.rate", f"queue:{name}", action)
 
+    def set_aging(
+        self,
+        name: str,
+        every: DurationLike | None,
+        *,
+        step: int = DEFAULT_AGING_STEP,
+        actor: str | None = None,
+    ) -> QueueState:
+        """Priority aging for queue ``name``: a waiting job gains ``step`` priority (lower runs
+        first) for each ``every`` it has been due, down to 0 at most; a job deferred at 0 or
+        below does not age. ``None`` turns it off (jobs aged so far keep their priority).
+        Audited as ``queue.aging``."""
+        action = self._set(self.db.queries.set_queue_aging, aging_params(name, every, step))
+        return perform(self.db, actor, "queue.aging", f"queue:{name}", action)
+
+    async def set_aging_async(
+        self,
+        name: str,
+        every: DurationLike | None,
+        *,
+        step: int = DEFAULT_AGING_STEP,
+        actor: str | None = None,
+    ) -> QueueState:
+        action = self._set(self.db.queries.set_queue_aging, aging_params(name, every, step))
+        return await perform_async(self.db, actor, "queue.aging", f"queue:{name}", action)
+
     def set_weight(
         self, name: str, key: str, weight: float | None, *, actor: str | None = None
     ) -> float:
@@ -249,7 +313,8 @@ class Queues:
         (row,) = yield statement, params
         state = QueueState.from_row(row)
         rate = None if state.rate is None else str(state.rate)
-        return state, {"max_running": state.max_running, "rate": rate}
+        aging = None if state.aging is None else str(state.aging)
+        return state, {"max_running": state.max_running, "rate": rate, "aging": aging}
 
     def used(self, task_queues: Iterable[str] = ()) -> set[str]:
         """The queues something uses: a job's, an earlier pause's or limit's, a registered

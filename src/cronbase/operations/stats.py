@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..db.database import Row
-from ..flow import Rate
+from ..flow import Aging, Rate
 from ..job import JobStatus
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ class QueueStats:
     # Fleet-wide limits (app.queues.set_limit / set_rate); None: none.
     max_running: int | None = None
     rate: Rate | None = None
+    # Priority aging of its waiting jobs (app.queues.set_aging); None: none.
+    aging: Aging | None = None
     # Of the queued jobs, those whose run_at is still ahead (deferred with a delay, snoozed,
     # sleeping, waiting for an event): counted in counts[QUEUED], not due yet.
     scheduled: int = 0
@@ -61,6 +63,11 @@ class QueueStats:
                 if row.get("rate_n") is not None and row.get("rate_period") is not None
                 else None
             ),
+            aging=(
+                Aging(row["aging_every"], row["aging_step"])
+                if row.get("aging_every") is not None and row.get("aging_step") is not None
+                else None
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +82,7 @@ class QueueStats:
             "wait_p95_seconds": self.wait_p95,
             "max_running": self.max_running,
             "rate": None if self.rate is None else str(self.rate),
+            "aging": None if self.aging is None else str(self.aging),
         }
 
 

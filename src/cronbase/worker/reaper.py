@@ -1,6 +1,10 @@
 """Lease expiry: jobs whose worker stopped renewing (killed, frozen, cut off) become claimable
 again, or dead when their attempts are used up. Every worker reaps (``SKIP LOCKED``: none waits for
 another), every ``reap_interval``; database time decides what has expired.
+
+The same round ages the waiting jobs of queues with priority aging (``app.queues.set_aging``;
+``age_priorities`` in ``db/sql/jobs.sql`` says the rule): a statement that finds no aging queue
+reads one small table and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cronbase")
 
 REAP_BATCH = 1000
+# Jobs aged a round at most: bounded row locks and writes however long an aging queue's backlog;
+# those due longest go first, the rest in the next rounds.
+AGE_BATCH = 1000
 
 
 class Reaper:
@@ -35,6 +42,9 @@ class Reaper:
             )
             for job_id, status in await cur.fetchall():
                 logger.warning("job %d: lease expired (worker gone?); now %s", job_id, status)
+            cur = await conn.execute(self._db.queries.age_priorities, {"limit": AGE_BATCH})
+            if aged := cur.rowcount:
+                logger.debug("priority aging: %d waiting jobs moved up", aged)
 
     async def run(self) -> None:
         failures = FailureLog("reaping expired leases")

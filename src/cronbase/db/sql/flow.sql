@@ -54,7 +54,7 @@ SELECT name FROM {schema}.queues WHERE max_running IS NOT NULL OR rate_n IS NOT 
 INSERT INTO {schema}.queues AS q (name, max_running, updated_at)
 VALUES (%(name)s, %(max_running)s, now())
 ON CONFLICT (name) DO UPDATE SET max_running = EXCLUDED.max_running, updated_at = now()
-RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
+RETURNING /* include: queue_state */;
 
 -- name: set_queue_rate
 -- At most %(rate_n)s starts of the queue's jobs in any window of %(rate_period)s (NULL: none).
@@ -62,7 +62,17 @@ INSERT INTO {schema}.queues AS q (name, rate_n, rate_period, updated_at)
 VALUES (%(name)s, %(rate_n)s, %(rate_period)s, now())
 ON CONFLICT (name) DO UPDATE
 SET rate_n = EXCLUDED.rate_n, rate_period = EXCLUDED.rate_period, updated_at = now()
-RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
+RETURNING /* include: queue_state */;
+
+-- name: set_queue_aging
+-- Priority aging of the queue's waiting jobs: %(aging_step)s priority gained for each
+-- %(aging_every)s a job has been due, down to 0 at most (NULL: none; age_priorities in jobs.sql).
+-- Turning it off leaves aged jobs where they are.
+INSERT INTO {schema}.queues AS q (name, aging_every, aging_step, updated_at)
+VALUES (%(name)s, %(aging_every)s, %(aging_step)s, now())
+ON CONFLICT (name) DO UPDATE
+SET aging_every = EXCLUDED.aging_every, aging_step = EXCLUDED.aging_step, updated_at = now()
+RETURNING /* include: queue_state */;
 
 -- name: claim_flow_candidates
 -- Step 1 (see the top of this file): up to %(scan)s due limited jobs this worker may run, and

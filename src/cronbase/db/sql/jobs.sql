@@ -54,7 +54,7 @@ WITH up AS (
     ON CONFLICT (dedupe_key)
         WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'failed', 'running')
     DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-                  run_at = EXCLUDED.run_at, metadata = EXCLUDED.metadata,
+                  base_priority = NULL, run_at = EXCLUDED.run_at, metadata = EXCLUDED.metadata,
                   flow_key = EXCLUDED.flow_key, task_version = EXCLUDED.task_version,
                   updated_at = now()
         WHERE {schema}.jobs.status IN ('queued', 'failed')
@@ -180,7 +180,7 @@ id, task, queue, payload, status, priority, run_at, attempts, max_attempts, leas
 locked_until, lease_token, idempotency_key, dedupe_key, progress, stage, last_error, error_type,
 started_at, created_at, updated_at, finished_at, metadata, flow_key, result, snoozes,
 wait_notify, unique_for_key, parents_left, has_dependents, on_parent_failure, receives,
-workflow_id, waiting_for, task_version
+workflow_id, waiting_for, task_version, base_priority
 
 -- fragment: lease_picked
 -- Lease the rows of the `picked` CTE (claim_jobs, claim_flow_jobs): running, attempt counted, a
@@ -345,6 +345,43 @@ WITH released AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) q
 )
 SELECT r.id FROM released r, (SELECT count(*) FROM notified) n;
+
+-- name: age_priorities
+-- Priority aging (app.queues.set_aging), run in every worker's reaper round. A waiting job of an
+-- aging queue that has been due for n * aging_every gets priority base - n * aging_step, never
+-- below 0 (a job deferred at 0 or below does not age), where base is the priority it was
+-- deferred with (kept in base_priority from the first step on). Writing the aged priority into
+-- the row keeps every claim's order and indexes as they are. A queue is aged by one worker at
+-- a time (SKIP LOCKED on its row) and at most every min(aging_every / 4, 30 s); up to
+-- %(limit)s jobs a round, those due longest first, skipping any a claim holds.
+WITH aging AS MATERIALIZED (
+    SELECT name, aging_every, aging_step FROM {schema}.queues
+    WHERE aging_every IS NOT NULL
+      AND (aged_at IS NULL
+           OR aged_at <= now() - least(aging_every / 4, interval '30 seconds'))
+    FOR UPDATE SKIP LOCKED
+), stamped AS (
+    UPDATE {schema}.queues q SET aged_at = now() FROM aging a WHERE q.name = a.name
+), aged AS MATERIALIZED (
+    SELECT j.id, t.priority
+    FROM {schema}.jobs j JOIN aging a ON a.name = j.queue
+    CROSS JOIN LATERAL (
+        SELECT greatest(0, coalesce(j.base_priority, j.priority)::bigint - a.aging_step
+                           * floor(extract(epoch FROM now() - j.run_at)
+                                   / extract(epoch FROM a.aging_every))::bigint)::smallint
+    ) t(priority)
+    WHERE j.status IN ('queued', 'failed') AND j.priority > 0
+      AND j.run_at <= now() - a.aging_every AND t.priority < j.priority
+    ORDER BY j.run_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET base_priority = coalesce(j.base_priority, j.priority), priority = g.priority,
+    updated_at = now()
+FROM aged g
+WHERE j.id = g.id
+RETURNING j.id, j.queue, j.priority;
 
 -- name: reap_expired_jobs
 -- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead (moved to

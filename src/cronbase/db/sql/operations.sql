@@ -1,23 +1,27 @@
 -- The operator's side: queue pauses, the audit log, the overview figures, bulk requeue, prune.
 
+-- fragment: queue_state
+-- What app.queues returns of a queue (QueueState.from_row).
+name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period, aging_every, aging_step
+
 -- name: pause_queue
 INSERT INTO {schema}.queues AS q (name, is_paused, paused_at, paused_by)
 VALUES (%(name)s, true, now(), %(actor)s)
 ON CONFLICT (name) DO UPDATE
 SET is_paused = true, paused_at = now(), paused_by = excluded.paused_by, updated_at = now()
-RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
+RETURNING /* include: queue_state */;
 
 -- name: resume_queue
 UPDATE {schema}.queues
 SET is_paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
 WHERE name = %(name)s
-RETURNING name, is_paused, paused_at, paused_by, max_running, rate_n, rate_period;
+RETURNING /* include: queue_state */;
 
 -- name: list_queues
 -- Every queue that has live jobs, or jobs in the history that queue_overview counts (dead ones,
--- and the last day's), or was ever paused or limited.
+-- and the last day's), or was ever paused, limited or aged.
 SELECT n.name, COALESCE(q.is_paused, false) AS is_paused, q.paused_at, q.paused_by,
-       q.max_running, q.rate_n, q.rate_period
+       q.max_running, q.rate_n, q.rate_period, q.aging_every, q.aging_step
 FROM (SELECT DISTINCT queue AS name FROM {schema}.jobs
       UNION SELECT queue FROM {schema}.jobs_history
       WHERE status = 'dead' OR finished_at > now() - interval '1 day'
@@ -75,7 +79,7 @@ WITH per_status AS (
 )
 SELECT n.queue, COALESCE(c.counts, '{{}}'::jsonb) AS counts, COALESCE(c.scheduled, 0) AS scheduled,
        COALESCE(q.is_paused, false) AS is_paused, q.max_running, q.rate_n, q.rate_period,
-       o.oldest_wait, w.wait_p50, w.wait_p95
+       q.aging_every, q.aging_step, o.oldest_wait, w.wait_p50, w.wait_p95
 FROM names n
 LEFT JOIN counts c USING (queue)
 LEFT JOIN oldest o USING (queue)
