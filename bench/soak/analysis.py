@@ -47,6 +47,9 @@ KEEP_UP = 0.9  # steady throughput >= 90% of the offered rate
 # bytes per live row). Unlike the relative slopes above, this decides at any length, CI's 2
 # minutes included: a retention or cleanup leak is a slope of the order of the rate, flat is 0.
 LEAK_SHARE = 0.10
+# A sample's snapshot holder is listed from this age on (transactions): at 1,000 jobs/s a few
+# seconds' worth; younger ones are the claims' and moves' own.
+XMIN_SHOWN = 10_000
 
 
 def _solve(a: list[list[float]], v: list[float]) -> list[float] | None:
@@ -334,6 +337,10 @@ def markdown(result: dict[str, Any]) -> str:
             f" {_ms(s['pickup_p99_ms'])} | {s['ran_per_s']:,.0f} | {s['enqueued_per_s']:,.0f} |"
             f" {s['load']:.1f} | {s['note']} |"
         )
+    held = [s for s in samples if s.get("xmin_holder") and s["xmin_age"] >= XMIN_SHOWN]
+    if held:
+        lines += ["", f"Sessions holding a snapshot {XMIN_SHOWN:,} transactions old or more:", ""]
+        lines += [f"- {_clock(s['t'])}: {s['xmin_age']:,}: {s['xmin_holder']}" for s in held]
     lines += ["", "| check | measured | limit | |", "|---|---|---|---|"]
     for ch in result["checks"]:
         mark = {True: "ok", False: "FAILED", None: "info"}[ch["ok"]]

@@ -136,6 +136,7 @@ def _sample_row(
         ),
         "all_total_mb": sum(r["total_bytes"] for r in all_tables.values()) / mib,
         "xmin_age": int(reading.get("xmin_age") or 0),
+        "xmin_holder": reading.get("xmin_holder"),
         "idle_in_transaction": int(reading.get("idle_in_transaction") or 0),
         "load": os.getloadavg()[0],
         "steady": config.is_steady(t),

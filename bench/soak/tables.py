@@ -5,7 +5,7 @@ partitions and inheritance children (in any schema) counted under their root tab
 Per root table: partitions, table bytes (heap, TOAST, free-space and visibility maps:
 ``pg_table_size``), index bytes, total, live and dead tuples, the last autovacuum and the
 autovacuum count. Beside them, the oldest snapshot a session holds (``backend_xmin``), which is
-what keeps vacuum from removing dead tuples.
+what keeps vacuum from removing dead tuples, and the session that holds it.
 """
 
 from __future__ import annotations
@@ -41,15 +41,28 @@ GROUP BY t.root
 ORDER BY t.root
 """
 
-OLDEST_SNAPSHOT = """
+# Who holds the oldest snapshot, not only its age: a soak once saw a ~55 s-old snapshot that
+# was not its own idle transaction, and nothing said whose it was.
+OLDEST_SNAPSHOT = r"""
+WITH a AS (
+    SELECT * FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+)
 SELECT coalesce(max(age(backend_xmin)), 0) AS xmin_age,
-       count(*) FILTER (WHERE state = 'idle in transaction') AS idle_in_transaction
-FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+       count(*) FILTER (WHERE state = 'idle in transaction') AS idle_in_transaction,
+       (SELECT format('%s, %s, %s s in its transaction: %s',
+                      coalesce(nullif(application_name, ''), backend_type), state,
+                      round(extract(epoch FROM now() - xact_start)::numeric, 1),
+                      left(regexp_replace(query, '\s+', ' ', 'g'), 80))
+        FROM a WHERE backend_xmin IS NOT NULL
+        ORDER BY age(backend_xmin) DESC LIMIT 1) AS xmin_holder
+FROM a
 """
 
 
 def sample(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
-    """One reading: ``{"tables": {name: {...}}, "xmin_age": n, "idle_in_transaction": n}``."""
+    """One reading: ``{"tables": {name: {...}}, "xmin_age": n, "idle_in_transaction": n,
+    "xmin_holder": text or None}``."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(TABLES, {"schema": schema})
         tables = {row.pop("name"): row for row in cur.fetchall()}
