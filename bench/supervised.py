@@ -55,7 +55,10 @@ def drain(url: str, s: Settings, procs: int, *, metrics: bool = False) -> Measur
     command += ["--concurrency", str(CONCURRENCY), "--no-schedule", "--poll-interval", "0.05"]
     if metrics:
         command += ["--metrics-port", str(_free_port())]
-    env = {**os.environ, "CRONBASE_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    # ROOT for the bench package; the caller's PYTHONPATH after it, so a checkout benchmarked
+    # with PYTHONPATH=its/src runs its own cronbase in the workers too.
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CRONBASE_DATABASE_URL": url, "PYTHONPATH": path}
     with tempfile.TemporaryFile() as log, psycopg.connect(url, autocommit=True) as conn:
         supervisor = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=log)
         try:
