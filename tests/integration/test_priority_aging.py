@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 import cronbase
+from cronbase.flow import Aging
 from tests.conftest import claim_rows
 from tests.e2e.harness import running_worker
 
@@ -51,6 +52,10 @@ def test_the_rule(app: cronbase.App, db: psycopg.Connection[Any]) -> None:
     assert state.aging is not None
     assert (state.aging.every, state.aging.step) == (timedelta(minutes=10), 30)
     assert str(state.aging) == "30 every 10m"
+    # No step given: the queue keeps its own (10 for a queue that has none).
+    assert app.queues.set_aging("imports", 600).aging == state.aging
+    assert app.queues.set_aging("mail", 60).aging == Aging(timedelta(minutes=1), 10)
+    assert app.queues.set_aging("mail", None).aging is None
 
     three_steps = insert(db, "imports", 100, "31 minutes")  # 100 - 3 * 30
     to_the_top = insert(db, "imports", 100, "2 hours")  # never below 0

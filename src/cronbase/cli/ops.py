@@ -312,13 +312,11 @@ _queue_setting(
 @click.option(
     "--step",
     type=click.IntRange(min=1),
-    default=DEFAULT_AGING_STEP,
-    show_default=True,
-    help="Priority a waiting job gains each EVERY.",
+    help=f"Priority a waiting job gains each EVERY [default: the queue's, or {DEFAULT_AGING_STEP}].",
 )
 @force_option
 @click.pass_obj
-def aging_queue(settings: Settings, name: str, every: str, step: int, force: bool) -> None:
+def aging_queue(settings: Settings, name: str, every: str, step: int | None, force: bool) -> None:
     """Priority aging: a waiting job of queue NAME gains STEP priority (lower runs first) for
     each EVERY it has been due (e.g. 5m), down to 0 at most; none turns it off."""
     app = settings.app()

@@ -21,7 +21,7 @@ from ..app import App
 from ..checks import MAX_KEY_LENGTH, check_key, check_name
 from ..durations import parse_span
 from ..errors import CronbaseError, JobNotFoundError, ScheduleError
-from ..operations.queues import DEFAULT_AGING_STEP, aging_params, limit_params, rate_params
+from ..operations.queues import aging_params, limit_params, rate_params
 from .auth import actor
 from .csrf import CsrfTokens
 from .inputs import BIGINT_MAX, field, form, shown, whole_number
@@ -231,10 +231,9 @@ class Actions:
             if len(value) > RATE_MAX_LENGTH:
                 raise HTTPException(400, f"aging {shown(value)} is not a duration such as 5m")
             every = None if value.lower() in ("", "none") else _valid(lambda: parse_span(value))
-            current = next((q for q in await self.app.queues.list_async() if q.name == name), None)
-            step = current.aging.step if current and current.aging else DEFAULT_AGING_STEP
-            _valid(lambda: aging_params(name, every, step))
-            await self.app.queues.set_aging_async(name, every, step=step, actor=who)
+            _valid(lambda: aging_params(name, every))
+            # The step stays the queue's (set from the API or the command line), else 10.
+            await self.app.queues.set_aging_async(name, every, actor=who)
             return Done("overview", {}, "queue-aged")
 
         return await self._run(request, change)

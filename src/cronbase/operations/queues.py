@@ -130,21 +130,28 @@ def rate_params(name: str, rate: str | Rate | None) -> dict[str, object]:
 
 
 def aging_params(
-    name: str, every: DurationLike | None, step: int = DEFAULT_AGING_STEP
+    name: str, every: DurationLike | None, step: int | None = None
 ) -> dict[str, object]:
+    """set_queue_aging's parameters; a step of None keeps the queue's (DEFAULT_AGING_STEP when
+    it has none)."""
     _check(name)
+    params: dict[str, object] = {
+        "name": name,
+        "aging_every": None,
+        "aging_step": None,
+        "default_step": DEFAULT_AGING_STEP,
+    }
     if every is None:
-        return {"name": name, "aging_every": None, "aging_step": None}
+        return params
     delta = duration(f"queue {name!r} aging interval", every, positive=True)
     if delta < MIN_AGING_EVERY:
         raise ConfigurationError(
             f"queue {name!r} aging interval must be at least 1 second, got {every!r}"
         )
-    return {
-        "name": name,
-        "aging_every": delta,
-        "aging_step": check_limit(f"queue {name!r} aging step", step),
-    }
+    params["aging_every"] = delta
+    if step is not None:
+        params["aging_step"] = check_limit(f"queue {name!r} aging step", step)
+    return params
 
 
 def weight_params(name: str, key: str, weight: float | None) -> dict[str, object]:
@@ -241,13 +248,14 @@ class Queues:
         name: str,
         every: DurationLike | None,
         *,
-        step: int = DEFAULT_AGING_STEP,
+        step: int | None = None,
         actor: str | None = None,
     ) -> QueueState:
         """Priority aging for queue ``name``: a waiting job gains ``step`` priority (lower runs
         first) for each ``every`` it has been due, down to 0 at most; a job deferred at 0 or
-        below does not age. ``None`` turns it off (jobs aged so far keep their priority).
-        Audited as ``queue.aging``."""
+        below does not age. ``step`` None keeps the queue's step (10 when it has none);
+        ``every`` None turns aging off (jobs aged so far keep their priority). Audited as
+        ``queue.aging``."""
         action = self._set(self.db.queries.set_queue_aging, aging_params(name, every, step))
         return perform(self.db, actor, "queue.aging", f"queue:{name}", action)
 
@@ -256,7 +264,7 @@ class Queues:
         name: str,
         every: DurationLike | None,
         *,
-        step: int = DEFAULT_AGING_STEP,
+        step: int | None = None,
         actor: str | None = None,
     ) -> QueueState:
         action = self._set(self.db.queries.set_queue_aging, aging_params(name, every, step))

@@ -67,11 +67,17 @@ RETURNING /* include: queue_state */;
 -- name: set_queue_aging
 -- Priority aging of the queue's waiting jobs: %(aging_step)s priority gained for each
 -- %(aging_every)s a job has been due, down to 0 at most (NULL: none; age_priorities in jobs.sql).
--- Turning it off leaves aged jobs where they are.
+-- A NULL step keeps the queue's step, or takes %(default_step)s. Turning aging off leaves aged
+-- jobs where they are.
 INSERT INTO {schema}.queues AS q (name, aging_every, aging_step, updated_at)
-VALUES (%(name)s, %(aging_every)s, %(aging_step)s, now())
+VALUES (%(name)s, %(aging_every)s::interval,
+        CASE WHEN %(aging_every)s::interval IS NOT NULL
+             THEN coalesce(%(aging_step)s::integer, %(default_step)s::integer) END, now())
 ON CONFLICT (name) DO UPDATE
-SET aging_every = EXCLUDED.aging_every, aging_step = EXCLUDED.aging_step, updated_at = now()
+SET aging_every = EXCLUDED.aging_every,
+    aging_step = CASE WHEN EXCLUDED.aging_every IS NOT NULL
+                      THEN coalesce(%(aging_step)s::integer, q.aging_step, EXCLUDED.aging_step) END,
+    updated_at = now()
 RETURNING /* include: queue_state */;
 
 -- name: claim_flow_candidates
