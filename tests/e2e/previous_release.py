@@ -2,9 +2,10 @@
 
 cronbase has no tagged release yet, so the previous release is a recorded commit: b272863, the
 last commit of the second round (migrations 0001-0013), before the history (0015), the
-supervisor (0016) and fair share (0017) and task versions (0018). It is what a team running cronbase today deploys
-from, and the furthest back a rolling deploy of this code has to reach. When a release is
-tagged, this names the tag before it; the test reads it from here and nowhere else.
+supervisor (0016), fair share (0017), task versions (0018) and priority aging (0019). It is what
+a team running cronbase today deploys from, and the furthest back a rolling deploy of this code
+has to reach. When a release is tagged, this names the tag before it; the test reads it from here
+and nowhere else.
 """
 
 from __future__ import annotations

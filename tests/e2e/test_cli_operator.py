@@ -143,6 +143,7 @@ def test_queues_list_prints_json(database_url: str) -> None:
             "paused_by": None,
             "max_running": 3,
             "rate": None,
+            "aging": None,
         }
     ]
     assert listed["task_limits"] == []
