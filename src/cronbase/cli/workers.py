@@ -25,7 +25,7 @@ def _listed(names: list[str] | None, everything: str) -> str:
 
 def code_version(worker: WorkerInfo) -> str:
     """The code a worker runs, as the package version and the newest migration it knows:
-    ``0.1.0 m18``; ``older`` for a release before 0016, which did not record it."""
+    ``0.1.0 m19``; ``older`` for a release before 0016, which did not record it."""
     if worker.schema_version is None:
         return "older"
     return f"{worker.version or '?'} m{worker.schema_version}"
