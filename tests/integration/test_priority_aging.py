@@ -228,3 +228,32 @@ async def test_a_low_priority_job_runs_while_higher_ones_keep_coming(
         "SELECT priority, base_priority FROM cronbase.jobs_all WHERE payload->>'kind' = 'low'"
     ).fetchall()
     assert row == (0, 100)
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
+
+
+def test_a_round_with_no_queue_due_reads_no_job(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    """Every worker runs the statement every reap_interval: with no aging queue due, the jobs
+    table (however big, and it keeps its pages: vacuum_truncate is off) is not read at all."""
+    for n in range(50):
+        insert(db, "imports", 100, f"{n} hours")
+    app.queues.set_aging("imports", timedelta(hours=1))
+    age(app, db)  # aged now: not due again for min(every / 4, 30 s)
+    for due_queue in (False, True):
+        if due_queue:
+            db.execute("UPDATE cronbase.queues SET aged_at = NULL")
+        (plan,) = db.execute(
+            b"EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.age_priorities, AGE
+        ).fetchone()  # type: ignore[misc]
+        loops = [
+            n["Actual Loops"]
+            for n in _nodes(plan[0]["Plan"])
+            if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"
+        ]
+        assert loops, plan  # the jobs table is in the plan...
+        # ...and read only for a queue that is due (then once, for its waiting jobs).
+        assert max(loops) == (1 if due_queue else 0), (due_queue, loops)

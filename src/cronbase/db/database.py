@@ -53,7 +53,7 @@ def resolve_pooler(pooler: str | None) -> Pooler:
 
 
 # Database.history_reads run with it (Queries.history_reads says why).
-_JIT_OFF = b"SET LOCAL jit = off"
+JIT_OFF = b"SET LOCAL jit = off"
 
 
 class DatabaseOptions(TypedDict, total=False):
@@ -316,7 +316,7 @@ class Database:
                 cur.execute(query, params)
                 return cur.fetchall() if cur.description else []
             with conn.transaction():  # SET LOCAL: through a transaction pooler too
-                cur.execute(_JIT_OFF)
+                cur.execute(JIT_OFF)
                 cur.execute(query, params)
                 return cur.fetchall() if cur.description else []
 
@@ -331,7 +331,7 @@ class Database:
                 await cur.execute(query, params)
                 return await cur.fetchall() if cur.description else []
             async with conn.transaction():  # as in fetch_all
-                await cur.execute(_JIT_OFF)
+                await cur.execute(JIT_OFF)
                 await cur.execute(query, params)
                 return await cur.fetchall() if cur.description else []
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ..db.database import JIT_OFF
 from ..db.health import FailureLog
 
 if TYPE_CHECKING:
@@ -42,7 +43,13 @@ class Reaper:
             )
             for job_id, status in await cur.fetchall():
                 logger.warning("job %d: lease expired (worker gone?); now %s", job_id, status)
-            cur = await conn.execute(self._db.queries.age_priorities, {"limit": AGE_BATCH})
+            # JIT off: the planner costs a seq scan of jobs per aging queue it cannot count
+            # (queues has no statistics), passes jit_above_cost, and PostgreSQL compiled the
+            # statement every round for milliseconds, also when no queue was due and it read
+            # nothing. SET LOCAL: in a transaction, so through a transaction pooler too.
+            async with conn.transaction():
+                await conn.execute(JIT_OFF)
+                cur = await conn.execute(self._db.queries.age_priorities, {"limit": AGE_BATCH})
             if aged := cur.rowcount:
                 logger.debug("priority aging: %d waiting jobs moved up", aged)
 

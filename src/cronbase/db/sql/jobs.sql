@@ -353,7 +353,7 @@ SELECT r.id FROM released r, (SELECT count(*) FROM notified) n;
 -- deferred with (kept in base_priority from the first step on). Writing the aged priority into
 -- the row keeps every claim's order and indexes as they are. A queue is aged by one worker at
 -- a time (SKIP LOCKED on its row) and at most every min(aging_every / 4, 30 s); up to
--- %(limit)s jobs a round, those due longest first, skipping any a claim holds.
+-- %(limit)s jobs of a queue a round, those due longest first, skipping any a claim holds.
 WITH aging AS MATERIALIZED (
     SELECT name, aging_every, aging_step FROM {schema}.queues
     WHERE aging_every IS NOT NULL
@@ -363,18 +363,23 @@ WITH aging AS MATERIALIZED (
 ), stamped AS (
     UPDATE {schema}.queues q SET aged_at = now() FROM aging a WHERE q.name = a.name
 ), aged AS MATERIALIZED (
-    SELECT j.id, t.priority
-    FROM {schema}.jobs j JOIN aging a ON a.name = j.queue
+    -- Per aging queue (LATERAL: with none due, the jobs table is not read at all).
+    SELECT c.id, c.priority
+    FROM aging a
     CROSS JOIN LATERAL (
-        SELECT greatest(0, coalesce(j.base_priority, j.priority)::bigint - a.aging_step
-                           * floor(extract(epoch FROM now() - j.run_at)
-                                   / extract(epoch FROM a.aging_every))::bigint)::smallint
-    ) t(priority)
-    WHERE j.status IN ('queued', 'failed') AND j.priority > 0
-      AND j.run_at <= now() - a.aging_every AND t.priority < j.priority
-    ORDER BY j.run_at
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
+        SELECT j.id, t.priority
+        FROM {schema}.jobs j
+        CROSS JOIN LATERAL (
+            SELECT greatest(0, coalesce(j.base_priority, j.priority)::bigint - a.aging_step
+                               * floor(extract(epoch FROM now() - j.run_at)
+                                       / extract(epoch FROM a.aging_every))::bigint)::smallint
+        ) t(priority)
+        WHERE j.queue = a.name AND j.status IN ('queued', 'failed') AND j.priority > 0
+          AND j.run_at <= now() - a.aging_every AND t.priority < j.priority
+        ORDER BY j.run_at
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) c
 )
 UPDATE {schema}.jobs j
 SET base_priority = coalesce(j.base_priority, j.priority), priority = g.priority,
