@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from datetime import timedelta
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 import cronbase
+from tests.conftest import SCHEMA
 from tests.e2e.harness import eventually, running_worker, wait_event
 
 NO_RETRY_SOON = cronbase.Backoff(base=timedelta(hours=1), jitter=0)
@@ -302,6 +304,55 @@ async def test_the_worker_survives_its_database_connections_being_killed(
         await after_outage.defer_async()
         await wait_event(ran, what="a job deferred after the outage")
         await eventually(lambda: statuses(db) == {"succeeded": 1}, what="its outcome")
+
+
+@pytest.mark.anyio
+async def test_a_claim_connection_the_server_ended_while_the_worker_idled_is_replaced(
+    app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The claimer keeps its connection from one claim to the next. The server ends it (and the
+    # worker's others) while the worker idles: the next claim notices before it sends anything
+    # and takes another connection, so it does not fail (no warning, no pause).
+    ran = asyncio.Event()
+
+    @app.task
+    async def after_the_drop() -> None:
+        ran.set()
+
+    with caplog.at_level(logging.WARNING, logger="cronbase"):
+        async with running_worker(app, poll_interval=timedelta(seconds=30)):
+            worker_backends = (
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name LIKE 'cronbase-worker%'"
+            )
+            killed = db.execute(
+                f"SELECT pg_terminate_backend(pid) FROM ({worker_backends}) w"
+            ).fetchall()
+            assert killed, "the worker's connections were not found"
+            await eventually(
+                lambda: not db.execute(worker_backends).fetchall(), what="the backends to end"
+            )
+            # The listener's connection lives on: the NOTIFY wakes the worker for one claim.
+            await after_the_drop.defer_async()
+            await wait_event(ran, what="the job deferred after the drop")
+            await eventually(lambda: statuses(db) == {"succeeded": 1}, what="its outcome")
+    assert "claiming jobs failed" not in caplog.text
+
+
+def test_a_worker_with_a_pool_of_one_connection_shares_it_between_claims_and_outcomes(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    # With fewer than three connections the claimer keeps none between claims: the completer,
+    # the heartbeat and the reaper need the one there is.
+    with cronbase.App(database_url=database_url, schema=SCHEMA, pool_size=1) as small:
+
+        @small.task
+        def one(n: int) -> None:
+            pass
+
+        one.defer_many([{"n": n} for n in range(30)])
+        small.run_worker(burst=True, concurrency=5, install_signal_handlers=False)
+    assert statuses(db) == {"succeeded": 30}
 
 
 @pytest.mark.anyio

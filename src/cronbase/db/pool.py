@@ -192,7 +192,7 @@ def is_connection_loss(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state in _CONNECTION_ENDED
 
 
-def _has_news(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+def has_news(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether an idle connection has something to read: a healthy one has nothing, one the
     server dropped (restart, failover, idle timeout) has its goodbye or end of file."""
     if conn.closed:
@@ -205,7 +205,7 @@ def _sync_check(holder: list[ConnectionPool]) -> Callable[[psycopg.Connection[An
     def check(conn: psycopg.Connection[Any]) -> None:
         # A round trip only for a connection that has news: a select() costs ~1 us, a check
         # query a round trip on every enqueue.
-        if not _has_news(conn):
+        if not has_news(conn):
             return
         try:
             ConnectionPool.check_connection(conn)
@@ -222,7 +222,7 @@ def _async_check(
     holder: list[AsyncConnectionPool],
 ) -> Callable[[psycopg.AsyncConnection[Any]], Any]:
     async def check(conn: psycopg.AsyncConnection[Any]) -> None:
-        if not _has_news(conn):
+        if not has_news(conn):
             return
         try:
             await AsyncConnectionPool.check_connection(conn)

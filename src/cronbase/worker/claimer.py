@@ -8,17 +8,20 @@ handing jobs back. The worker's loop asks it for jobs and runs them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..db.pool import has_news
 from .claim import ClaimedJob, claim_jobs, claim_params, claimable_names, run_claim
 from .fair_claim import fair_params, fair_statement, fair_tasks
 from .flow_claim import FlowClaim, candidate_params, claim_flow_jobs, task_flows
 from .outcomes import undecodable
 
 if TYPE_CHECKING:
+    import psycopg
     from psycopg_pool import AsyncConnectionPool
 
     from ..db.database import Database
@@ -29,6 +32,9 @@ logger = logging.getLogger("cronbase")
 
 # How soon a worker looks again when another worker held the lock of a scope it wanted.
 FLOW_CONTENDED_RETRY = 0.05
+# The claimer keeps a connection of its own between claims when the pool has at least this
+# many: the others stay for the completer, the heartbeat, the reaper and the scheduler.
+KEEP_CONNECTION_FROM = 3
 
 
 class Claimer:
@@ -71,6 +77,44 @@ class Claimer:
         self.retry_in: float | None = None
         # Set when a claim failed with its connection: it may have committed unseen.
         self.may_hold_orphans = False
+        # The connection kept between claims (see _connection), and whether to keep one.
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._keep = db.pool_size >= KEEP_CONNECTION_FROM
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The connection a claim runs on: kept from one claim to the next, not taken from the
+        pool and given back each time (the pool's check and bookkeeping cost a claim loop at
+        concurrency 10 ~8% of its rate, bench/README.md). Given back when a statement on it
+        fails (the pool then decides whether it is still good), when the server said something
+        while it idled (a restart's goodbye), at every refresh (so the pool can retire it at
+        its max_lifetime), and by :meth:`close`. A pool of fewer than KEEP_CONNECTION_FROM
+        connections lends one per claim, as before."""
+        conn = self._conn
+        if conn is not None and has_news(conn):
+            # Closed first, so the pool discards it and opens another (its check would find it
+            # dead only on a later getconn, after a backoff).
+            await conn.close()
+            await self.close()
+            conn = None
+        if conn is None:
+            if not self._keep:
+                async with self._pool.connection() as conn:
+                    yield conn
+                return
+            conn = self._conn = await self._pool.getconn()
+        try:
+            yield conn
+        except BaseException:
+            self._conn = None
+            await self._pool.putconn(conn)
+            raise
+
+    async def close(self) -> None:
+        """Give the kept connection back to the pool (a stopping worker, a refresh)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._pool.putconn(conn)
 
     async def claim(self, running: Collection[ClaimedJob]) -> list[ClaimedJob]:
         """Lease due jobs for the free slots (per queue with per-queue concurrency), writing
@@ -78,6 +122,7 @@ class Claimer:
         self.retry_in = None
         loop = asyncio.get_running_loop()
         if loop.time() >= self._refresh_at:
+            await self.close()
             await self._refresh()
             self._refresh_at = loop.time() + self._refresh_every
         if self._queue_caps is None:
@@ -130,7 +175,7 @@ class Claimer:
                 queues=queues,
                 after=self._fair_after,
             )
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 statement = fair_statement(self._db.queries, limit)
                 result = await run_claim(conn, statement, params, self._db.json_loads)
             carried.written = result.written_ids
@@ -154,7 +199,7 @@ class Claimer:
             )
             if limit <= 0 and not carried.outcomes:
                 return []
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 result = await claim_jobs(conn, self._db.queries, params, self._db.json_loads)
             carried.written = result.written_ids
         for bad in result.undecodable:
@@ -172,7 +217,7 @@ class Claimer:
             tasks=self._task_names,
             queues=queues,
         )
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             flow: FlowClaim = await claim_flow_jobs(
                 conn,
                 self._db.queries,
@@ -198,7 +243,7 @@ class Claimer:
         sets holds back the plain claim at once; this worker's flow claim takes the queue's
         jobs from the next refresh on."""
         q = self._db.queries
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cur = await conn.execute(q.list_limited_queues)
             limited = {name for (name,) in await cur.fetchall()}
             if any(

@@ -120,7 +120,7 @@ async def claim_flow_jobs(
         if not locked:
             return FlowClaim(held=len(ids), contended=contended)
         cur = await conn.execute(queries.claim_flow_jobs, _claim_params(ids, locked, limit, worker))
-        result = read_rows(await cur.fetchall(), column_names(cur), loads)
+        result = read_rows(await cur.fetchall(), column_names(cur, queries.claim_flow_jobs), loads)
     return _summed(result, contended)
 
 
@@ -144,7 +144,7 @@ def claim_flow_jobs_sync(
         if not locked:
             return FlowClaim(held=len(ids), contended=contended)
         cur = conn.execute(queries.claim_flow_jobs, _claim_params(ids, locked, limit, worker))
-        result = read_rows(cur.fetchall(), column_names(cur), loads)
+        result = read_rows(cur.fetchall(), column_names(cur, queries.claim_flow_jobs), loads)
     return _summed(result, contended)
 
 

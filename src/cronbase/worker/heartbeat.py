@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,8 @@ class Heartbeater:
         # Set when jobs were claimed or progress reported: the next beat may be due sooner.
         self._changed = asyncio.Event()
         self._has_progress = False
+        # The shortest lease the next beat is planned for (interval()).
+        self._planned_for = IDLE_INTERVAL * 3
         self.beats = 0
 
     def progress_changed(self) -> None:
@@ -64,12 +66,19 @@ class Heartbeater:
         self._has_progress = True
         self._changed.set()
 
-    def jobs_changed(self) -> None:
-        """Call from the event loop's thread when jobs were claimed."""
+    def jobs_changed(self, claimed: Sequence[ClaimedJob] = ()) -> None:
+        """Call from the event loop's thread when jobs were ``claimed``, or with no argument
+        when the beat should be worked out again for another reason (a timeout)."""
+        # Claimed jobs whose leases are no shorter than the one the next beat is planned for
+        # are renewed in time by it: no wake-up (that would be a turn of the loop per claim).
+        if claimed and min(j.lease for j in claimed) >= self._planned_for:
+            return
         self._changed.set()
 
     def interval(self, jobs: list[ClaimedJob]) -> float:
-        shortest = min((j.lease for j in jobs), default=IDLE_INTERVAL * 3)
+        """Seconds between beats: a third of the shortest lease of ``jobs`` (idle: a third of
+        IDLE_INTERVAL x 3). Remembers that lease, for jobs_changed."""
+        shortest = self._planned_for = min((j.lease for j in jobs), default=IDLE_INTERVAL * 3)
         return max(shortest.total_seconds() / 3, 0.05)
 
     async def run(self) -> None:

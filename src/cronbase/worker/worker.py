@@ -210,9 +210,13 @@ class Worker:
             await self._sleep(pause if retry_in is None else min(pause, retry_in))
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(seconds, 0.0)):
-                await self._wake.wait()
+        # A timer that sets the wake-up event, not asyncio.timeout(): the same wait, without a
+        # Timeout object and a cancellation to unwind once per claim.
+        timer = asyncio.get_running_loop().call_later(max(seconds, 0.0), self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            timer.cancel()
 
     def _burst_waits(self) -> bool:
         """Whether a burst worker with nothing to run waits for limited jobs: when another
@@ -247,7 +251,7 @@ class Worker:
         if jobs:
             self.metrics.count_claimed(jobs)
             # A lease shorter than any held so far must be renewed sooner than planned.
-            self._heartbeater.jobs_changed()
+            self._heartbeater.jobs_changed(jobs)
             self.claimed += len(jobs)
 
     async def _run_job(self, job: ClaimedJob) -> Outcome:
