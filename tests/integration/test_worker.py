@@ -356,6 +356,56 @@ def test_a_worker_with_a_pool_of_one_connection_shares_it_between_claims_and_out
 
 
 @pytest.mark.anyio
+async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
+    app: cronbase.App, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # A claim carrying a success holds that job's row until it commits. The heartbeat renewed
+    # outcomes in flight too: the same rows, in another order, and the two deadlocked (seen in
+    # bench's flow drain, where PostgreSQL aborted the claim and ended a burst worker). Here
+    # another session holds the finished job's row, so the claim carrying it waits: the
+    # heartbeat must not wait beside it, and must go on renewing the job still running.
+    release = asyncio.Event()
+    locker = psycopg.connect(database_url)  # a transaction open until the rollback below
+
+    @app.task(lease=timedelta(milliseconds=600))
+    async def stays() -> None:
+        await release.wait()
+
+    @app.task(lease=timedelta(milliseconds=600))
+    async def finishes() -> None:
+        locker.execute("SELECT 1 FROM cronbase.jobs WHERE task = 'finishes' FOR UPDATE")
+
+    def waiting_on_locker() -> int:
+        row_ = db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            [locker.info.backend_pid],
+        ).fetchone()
+        assert row_ is not None
+        return int(row_[0])
+
+    try:
+        async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
+            running_id = await stays.defer_async()
+            await eventually(lambda: row(db, running_id)["status"] == "running", what="a claim")
+            finished_id = await finishes.defer_async()
+            await eventually(lambda: waiting_on_locker() == 1, what="the claim to wait")
+            before = row(db, running_id)["locked_until"]
+            # Five renewals' worth (a third of the 600 ms lease each).
+            await asyncio.sleep(1.0)
+            assert waiting_on_locker() == 1, "something besides the claim waits on the row"
+            assert row(db, running_id)["locked_until"] > before, "the running job went unrenewed"
+            locker.rollback()
+            await eventually(
+                lambda: row(db, finished_id)["status"] == "succeeded", what="the success"
+            )
+            release.set()
+            await eventually(lambda: statuses(db) == {"succeeded": 2}, what="both outcomes")
+    finally:
+        locker.close()
+    assert [a.outcome for a in app.jobs.attempts(finished_id)] == ["succeeded"]
+
+
+@pytest.mark.anyio
 async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
     app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -128,7 +128,13 @@ class Completer:
 
     @property
     def pending_jobs(self) -> list[Outcome]:
+        """Every outcome not yet written: waiting, or on its way (in flight)."""
         return self._pending + self._in_flight
+
+    @property
+    def waiting(self) -> list[Outcome]:
+        """Outcomes no statement is writing yet (not in flight)."""
+        return self._pending
 
     @contextlib.contextmanager
     def carrying(self) -> Iterator[Carried]:

@@ -359,9 +359,12 @@ class Worker:
     def _held(self) -> list[ClaimedJob]:
         # A job whose transaction() committed is finished: nothing left to renew.
         running = [job for job in self._running if job not in self._lost and not job.completed]
-        # Outcomes not yet written keep their leases renewed, or a slow write could let the
-        # reaper hand a finished job to another worker.
-        return running + [o.job for o in self._completer.pending_jobs]
+        # Outcomes waiting to be written keep their leases renewed, or a slow write could let
+        # the reaper hand a finished job to another worker. Not those a statement is writing
+        # (a claim carrying them, a flush): it holds their rows, and a renewal of the same rows
+        # in another order deadlocked with it (PostgreSQL aborted one; a burst worker whose
+        # claim it was ended). The reaper skips rows a statement holds.
+        return running + [o.job for o in self._completer.waiting]
 
     def _on_lease_lost(self, job: ClaimedJob) -> None:
         running = self._running.get(job)
