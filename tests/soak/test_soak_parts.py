@@ -113,3 +113,26 @@ def test_sampler_groups_partitions_under_their_root(database_url: str) -> None:
     assert history["index_bytes"] > 0
     assert history["live"] == 800
     assert reading["tables"]["plain"]["partitions"] == 0
+
+
+def test_dead_tuples_recover_allows_a_naptimes_churn_and_fails_dead_tuples_that_stay() -> None:
+    config, rate = SoakConfig.ci(), 300.0
+    executions = {"deferred": 36_000, "lost": 0, "twice": 0, "unknown": 0}
+    ticks = {"fired": 24, "duplicates": 0, "expected": 22}
+    idle = config.idle
+    assert idle is not None
+
+    def verdict(before: int, after: int) -> bool | None:
+        samples = _samples(config, rate, 0.0)
+        for s in samples:
+            if not (idle[0] < s["t"] <= config.recovered):
+                s["hot_dead"] = before if s["t"] <= idle[0] else after
+        fitted = analysis.slopes(config, samples)
+        found = analysis.checks(config, samples, executions, ticks, rate, fitted)
+        return {c["check"]: c["ok"] for c in found}["dead tuples recover after it"]
+
+    churn = analysis.DEAD_PER_JOB * rate * config.autovacuum_naptime
+    # Sampled 2 s after each autovacuum before, 5 s after: more dead tuples, all within churn.
+    assert verdict(before=1_200, after=int(churn) - 1) is True
+    # Left behind by the idle transaction (15,000 during it) and never cleared.
+    assert verdict(before=1_200, after=15_000) is False
