@@ -319,18 +319,25 @@ async def test_a_claim_connection_the_server_ended_while_the_worker_idled_is_rep
     async def after_the_drop() -> None:
         ran.set()
 
+    worker_backends = (
+        "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name LIKE 'cronbase-worker%'"
+    )
+
+    def all_idle() -> list[int]:
+        # After its start (first claim, first retention round) the worker idles: nothing of it
+        # is running a statement, so the kill below cannot fail one that was under way.
+        rows = db.execute(worker_backends).fetchall()
+        return [pid for pid, state in rows] if rows and all(s == "idle" for _, s in rows) else []
+
     with caplog.at_level(logging.WARNING, logger="cronbase"):
         async with running_worker(app, poll_interval=timedelta(seconds=30)):
-            worker_backends = (
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND application_name LIKE 'cronbase-worker%'"
-            )
-            killed = db.execute(
-                f"SELECT pg_terminate_backend(pid) FROM ({worker_backends}) w"
-            ).fetchall()
-            assert killed, "the worker's connections were not found"
+            pids = await eventually(all_idle, what="the worker to idle")
+            await asyncio.sleep(0.2)
+            db.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", [pids])
+            gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
             await eventually(
-                lambda: not db.execute(worker_backends).fetchall(), what="the backends to end"
+                lambda: db.execute(gone, [pids]).fetchone() == (0,), what="the backends to end"
             )
             # The listener's connection lives on: the NOTIFY wakes the worker for one claim.
             await after_the_drop.defer_async()
