@@ -13,11 +13,11 @@
    (``operations/retention.py``).
 2. **Loop** until stopped: *claim* as many due jobs as there are free slots (the Claimer,
    ``claimer.py``: one statement that also writes the successes the Completer holds, the flow
-   claim for limited jobs, per-queue slots); *dispatch* each to its own asyncio task,
-   started eagerly on Python 3.12+ (``executor.py`` runs the handler: sync ones in a bounded thread pool, or a child process
-   with ``isolation="process"``); each *completes* by handing its outcome to the Completer;
-   then *wait* for a notification, a finished job, the poll interval, or a limit with room. An
-   error pauses the loop (logged once per run of failures); only a fatal one (schema gone,
+   claim for limited jobs, per-queue slots); *dispatch* each to its own asyncio task, started
+   eagerly on Python 3.12+ (``executor.py`` runs the handler: sync ones in a bounded thread
+   pool, or a child process with ``isolation="process"``); each *completes* by handing its
+   outcome to the Completer; then *wait* for a notification, a finished job, the poll
+   interval, or a limit with room. An error pauses the loop (logged once per run of failures); only a fatal one (schema gone,
    permission denied) that lasts ``fatal_after`` ends it: the worker hands back its jobs and
    raises :class:`~cronbase.WorkerFatalError`.
 3. **Stop** on SIGTERM/SIGINT (or :meth:`Worker.stop`): no more claims; running jobs get the
