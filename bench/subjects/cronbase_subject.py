@@ -88,11 +88,24 @@ def count_done(url: str) -> int:
 
 
 def drain_child(signal_ready: Callable[[], None], url: str, concurrency: int) -> int:
-    """A burst worker: runs what is due, returns when nothing is left."""
-    app = make_app(url)[0]
-    assert app.database_url
-    signal_ready()
-    app.run_worker(burst=True, concurrency=concurrency, install_signal_handlers=False)
+    """A burst worker: runs what is due, returns when nothing is left.
+
+    Started before the clock, as the peers connect before it: the worker checks the schema,
+    opens its pool, registers and reaps, then waits for "go" before its first claim. Its stop
+    (the last outcomes, unregistering, closing the pool) is timed, as the peers' is.
+    """
+    worker = make_app(url)[0].worker(
+        burst=True, concurrency=concurrency, install_signal_handlers=False
+    )
+    claim_loop = worker._loop
+
+    async def gated_loop() -> None:
+        # In a thread, so the pool's background connections open while the worker waits.
+        await asyncio.to_thread(signal_ready)
+        await claim_loop()
+
+    worker._loop = gated_loop  # type: ignore[method-assign]
+    asyncio.run(worker.run())
     return 0
 
 

@@ -55,9 +55,11 @@ UPDATE jobs j SET status = 'running', attempts = j.attempts + 1,
 FROM due WHERE j.id = due.id
 RETURNING j.id, j.payload
 """
+# The ids as an array literal, as cronbase sends its own (src/cronbase/db/arrays.py): psycopg
+# adapts a list in Python element by element, a literal is one string (~6x cheaper at 10 ids).
 COMPLETE = (
     "UPDATE jobs SET status = 'succeeded', finished_at = now(), locked_until = NULL "
-    "WHERE id = ANY(%b::bigint[])"
+    "WHERE id = ANY(%s::bigint[])"
 )
 
 
@@ -123,6 +125,10 @@ def count_done(url: str) -> int:
     return int(row[0])
 
 
+def _ids(rows: list[Any]) -> str:
+    return "{" + ",".join([str(r[0]) for r in rows]) + "}"
+
+
 def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
     """One connection: claim ``batch``, complete them, until nothing is claimed."""
     done = 0
@@ -133,7 +139,7 @@ def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
             rows = conn.execute(CLAIM, (batch,)).fetchall()
             if not rows:
                 return done
-            conn.execute(COMPLETE, ([r[0] for r in rows],))
+            conn.execute(COMPLETE, (_ids(rows),))
             done += len(rows)
 
 
@@ -154,7 +160,7 @@ def latency_child(
                         break
                     now = time.time()
                     latencies.extend(now - payload["t"] for _, payload in rows)
-                    conn.execute(COMPLETE, ([r[0] for r in rows],))
+                    conn.execute(COMPLETE, (_ids(rows),))
     return latencies
 
 

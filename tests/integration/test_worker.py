@@ -79,6 +79,31 @@ def test_a_worker_on_queue_a_never_claims_queue_b(
     assert {(row(db, j)["status"], row(db, j)["attempts"]) for j in b_jobs} == {("queued", 0)}
 
 
+def test_task_and_queue_names_an_array_literal_would_read_as_null_are_claimed_by_name(
+    app: cronbase.App, database_url: str
+) -> None:
+    # A worker sends its task and queue names to the claims as array literals (db/arrays.py):
+    # written there unquoted, NULL would be a null element that matches nothing.
+    ran: list[tuple[str, int]] = []
+
+    @app.task(name="NULL", queue="NULL")
+    def plain(n: int) -> None:
+        ran.append(("plain", n))
+
+    @app.task(name="null", queue="NULL", fair_key="{n}")
+    def fair(n: int) -> None:
+        ran.append(("fair", n))
+
+    plain.defer_many([{"n": n} for n in range(3)])
+    fair.defer_many([{"n": n} for n in range(3)])
+    with cronbase.App(database_url=database_url, schema=SCHEMA) as other:
+        unknown = other.task(name="Null", queue="NULL")(lambda n: None).defer(n=0)
+    run_burst(app, queues=["NULL"], concurrency=2)
+    assert sorted(ran) == [("fair", n) for n in range(3)] + [("plain", n) for n in range(3)]
+    assert {j.status for j in app.jobs.list() if j.id != unknown} == {cronbase.JobStatus.SUCCEEDED}
+    assert app.jobs.get(unknown).status == cronbase.JobStatus.QUEUED
+
+
 def test_priority_lower_runs_first(app: cronbase.App) -> None:
     order: list[int] = []
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from ..db import arrays
 from ..job import Payload
 
 if TYPE_CHECKING:
@@ -126,8 +127,9 @@ def claim_params(
         **done_params(done),
         "limit": limit,
         "worker": worker,
-        "queues": list(queues) if queues is not None else None,
-        "tasks": list(tasks) if tasks is not None else None,
+        # None for no queues as for all: claim_jobs has no queue test, claim_statement picks it.
+        "queues": arrays.names(queues) if queues else None,
+        "tasks": arrays.names(tasks),
     }
 
 
@@ -137,8 +139,8 @@ def done_params(done: Sequence[ClaimedJob]) -> dict[str, Any]:
     # NULL array (one test per job here, no per-job work in the statement).
     results = [j.result for j in done]
     return {
-        "done_ids": [j.id for j in done],
-        "done_tokens": [j.lease_token for j in done],
+        "done_ids": arrays.numbers([j.id for j in done]),
+        "done_tokens": arrays.uuids([j.lease_token for j in done]),
         "done_results": results if any(r is not None for r in results) else None,
     }
 
@@ -159,7 +161,7 @@ def written_in(template: bytes, sizes: tuple[tuple[str, int], ...]) -> bytes:
     return template
 
 
-def claim_statement(queries: Queries, queues: Sequence[str] | None, limit: int) -> bytes:
+def claim_statement(queries: Queries, queues: str | Sequence[str] | None, limit: int) -> bytes:
     """claim_jobs, or claim_jobs_in_queues (its own index) for a worker of some queues, for a
     claim of ``limit`` jobs (written in: :func:`written_in`)."""
     template = queries.claim_jobs_in_queues if queues else queries.claim_jobs

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..db import arrays
 from .claim import ClaimedJob, done_params, written_in
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ def fair_params(
         "limit": limit,
         "after": after or "",
         "worker": worker,
-        "tasks": list(tasks) if tasks is not None else None,
-        "queues": list(queues) if queues is not None else None,
+        "tasks": arrays.names(tasks),
+        "queues": arrays.names(queues),
     }
 
 

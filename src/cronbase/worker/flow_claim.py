@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..db import arrays
 from .claim import ClaimResult, Loads, column_names, read_rows
 
 if TYPE_CHECKING:
@@ -91,8 +92,8 @@ def candidate_params(
         "after": after or "",
         "per_scope": per_scope(flows, limit),
         "scan": limit * SCAN_FACTOR,
-        "tasks": list(tasks) if tasks is not None else None,
-        "queues": list(queues) if queues is not None else None,
+        "tasks": arrays.names(tasks),
+        "queues": arrays.names(queues),
         # Advisory lock keys are per database: the schema keeps two cronbase schemas apart.
         "lock_space": f"cronbase:{schema}:",
     }

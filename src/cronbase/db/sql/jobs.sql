@@ -132,9 +132,10 @@ SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 -- worker/claim.py: a row written by other SQL that Python cannot decode (JSON nested 10,000 deep,
 -- a 5,000-digit number) fails that job alone, where psycopg's loaders would fail the fetch of the
 -- whole batch after the claim committed.
--- The arrays are sent in binary (%(name)b): psycopg's text dump of a list runs a regex per
--- element, ~8% of a drain's worker CPU; binary is 4x cheaper. %(done_results)s holds each
--- success's result as JSON text, or is NULL when none returned anything (unnest pads it).
+-- The worker sends the ids, lease tokens, task and queue names as array literals, parsed by the
+-- casts here (db/arrays.py: psycopg adapts a list in Python, element by element, ~50 µs a
+-- claim); %(done_results)b, each success's result as JSON text, goes as a binary array, or NULL
+-- when none returned anything (unnest pads it).
 -- A success someone waits for (wait_notify, set by app.jobs.wait) is announced by the
 -- jobs_notify_done trigger (migration 0013); a drain nobody waits on sends no NOTIFY.
 WITH /* include: complete_jobs */, picked AS MATERIALIZED (
@@ -155,14 +156,14 @@ WITH /* include: complete_jobs */, picked AS MATERIALIZED (
 SELECT * FROM claimed FULL JOIN (SELECT array_agg(id) AS written FROM finished) w ON false;
 
 -- fragment: complete_jobs
--- The one place a job is written succeeded: the successes %(done_ids)b with their lease tokens
+-- The one place a job is written succeeded: the successes %(done_ids)s with their lease tokens
 -- and results (claim_jobs carries them; complete_jobs writes them alone), moved from the live
 -- table to the history in this statement (`done`, then `finished`). Fenced by the token: an
 -- attempt that lost its lease (reaped, cancelled, retried by an operator) matches nothing and
 -- moves nothing. No history row in job_attempts: the job's row records its final attempt.
 done AS (
     DELETE FROM {schema}.jobs j
-    USING unnest(%(done_ids)b::bigint[], %(done_tokens)b::uuid[], %(done_results)b::text[])
+    USING unnest(%(done_ids)s::bigint[], %(done_tokens)s::uuid[], %(done_results)b::text[])
         AS o(id, token, result)
     WHERE j.id = o.id AND j.lease_token = o.token
     RETURNING j.*, o.result AS new_result
