@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import subprocess
@@ -11,6 +12,23 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DISTRIBUTIONS = ("cronbase", "pgqueuer", "procrastinate", "bullmq", "psycopg", "asyncpg")
+
+
+def _commit(where: Path) -> str:
+    """The short commit of the checkout holding ``where``, marked when its src has changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=where
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", ":/src"],
+            capture_output=True,
+            text=True,
+            cwd=where,
+        ).stdout.strip()
+    except OSError:
+        return ""
+    return commit + (" + uncommitted src changes" if commit and dirty else "")
 
 
 def machine() -> dict[str, Any]:
@@ -28,16 +46,13 @@ def machine() -> dict[str, Any]:
         mem = f"{kb / 1024 / 1024:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=HERE
-        ).stdout.strip()
-        commit += " + uncommitted src changes" if dirty else ""
-    except OSError:
-        commit = ""
+    commit = _commit(HERE)
+    # The library measured may come from another checkout (PYTHONPATH=other/src, as a paired
+    # before-and-after run does): name its commit when it differs from the bench's.
+    spec = importlib.util.find_spec("cronbase")
+    library = _commit(Path(spec.origin).parent) if spec and spec.origin else ""
+    if library and library != commit:
+        commit = f"{commit} (cronbase from {library})"
     versions = {}
     for dist in DISTRIBUTIONS:
         try:
