@@ -438,6 +438,51 @@ async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
 
 
 @pytest.mark.anyio
+async def test_a_job_that_finishes_while_its_lease_is_renewed_is_written_after_the_renewal(
+    app: cronbase.App, db: psycopg.Connection[Any], database_url: str
+) -> None:
+    # The heartbeat takes its snapshot of held jobs, then renews their rows. A job of the
+    # snapshot that finished meanwhile rode the next claim, whose DELETE met the renewal's UPDATE
+    # on the same rows in another order: a deadlock (bench's drain at concurrency 100, 4
+    # processes; PostgreSQL aborted the claim and a burst worker ended). Here another session
+    # holds the running job's row, so the renewal waits on it; the job then finishes. No claim
+    # and no flush may write it beside the renewal: one session waits on the row, not two.
+    finish = asyncio.Event()
+    locker = psycopg.connect(database_url)  # a transaction open until the rollback below
+
+    @app.task(lease=timedelta(milliseconds=600))
+    async def renewed() -> None:
+        await finish.wait()
+
+    def waiting_on_locks() -> list[str]:
+        # Every session waiting for a lock, not only those pg_blocking_pids() names the locker
+        # for: a second waiter on a row waits for the first (the tuple lock's queue).
+        rows = db.execute(
+            "SELECT left(query, 40) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    try:
+        async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
+            job_id = await renewed.defer_async()
+            await eventually(lambda: row(db, job_id)["status"] == "running", what="a claim")
+            locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [job_id])
+            # A third of the 600 ms lease: the next renewal waits on the row.
+            await eventually(lambda: len(waiting_on_locks()) == 1, what="the renewal to wait")
+            assert "beat" in waiting_on_locks()[0]
+            finish.set()
+            # Claims (every 50 ms) and the completer's flush (after 20 ms) have had their turns.
+            await asyncio.sleep(0.5)
+            assert len(waiting_on_locks()) == 1, f"waiting beside the renewal: {waiting_on_locks()}"
+            assert row(db, job_id)["status"] == "running"
+            locker.rollback()
+            await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
+    finally:
+        locker.close()
+    assert [a.outcome for a in app.jobs.attempts(job_id)] == ["succeeded"]
+
+
+@pytest.mark.anyio
 async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
     app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:

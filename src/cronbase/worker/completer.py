@@ -109,6 +109,9 @@ class Completer:
         self._wake = asyncio.Event()
         # Set while run() gives the waiting successes CARRY_WAIT to ride on a claim.
         self._awaiting_claim = False
+        # The jobs a lease renewal is updating right now (renewing()): no statement of ours
+        # writes their outcomes until it ends.
+        self._renewing: set[ClaimedJob] = set()
         self._hurry = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -137,12 +140,33 @@ class Completer:
         return self._pending
 
     @contextlib.contextmanager
+    def renewing(self, jobs: list[ClaimedJob]) -> Iterator[None]:
+        """While a lease renewal updates the rows of ``jobs``, their outcomes wait: no claim
+        carries them and no flush writes them. Two statements of one worker taking the same
+        rows in different orders deadlocked (a job of the renewal's snapshot finished and rode
+        the next claim, whose DELETE met the renewal's UPDATE; PostgreSQL aborted the claim)."""
+        self._renewing = set(jobs)  # ClaimedJob hashes by identity: this attempt only
+        try:
+            yield
+        finally:
+            self._renewing = set()
+            if self._pending:
+                self._wake.set()  # what waited for the renewal is written now
+
+    def _writable(self) -> list[Outcome]:
+        """The waiting outcomes a statement may write now (not those a renewal is updating)."""
+        renewing = self._renewing
+        if not renewing:
+            return self._pending
+        return [o for o in self._pending if o.job not in renewing]
+
+    @contextlib.contextmanager
     def carrying(self) -> Iterator[Carried]:
         """The waiting successes (up to MAX_BATCH), for a claim statement to write. When the
         block raises, nothing of the statement committed: they are written later instead."""
         taken: list[Outcome] = []
         if self._pending:
-            taken = [o for o in self._pending if o.outcome == "succeeded"][:MAX_BATCH]
+            taken = [o for o in self._writable() if o.outcome == "succeeded"][:MAX_BATCH]
             whole = len(taken) == len(self._pending)
             self._pending = [] if whole else _without(self._pending, taken)
             self._in_flight.extend(taken)
@@ -192,8 +216,11 @@ class Completer:
                         await self._wake.wait()
                 self._wake.clear()
             self._awaiting_claim = False
-            while self._pending:
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            while writable := self._writable():
+                # The rest (a lease renewal is updating their rows) wait for its end, which
+                # wakes this loop again.
+                batch = writable[:MAX_BATCH]
+                self._pending = _without(self._pending, batch)
                 self._in_flight.extend(batch)
                 try:
                     await self._flush(batch)

@@ -9,9 +9,11 @@ so a dashboard sees them within a second.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +47,12 @@ class Heartbeater:
         on_lost: Callable[[ClaimedJob], None],
         on_renewed: Callable[[int], None] = lambda count: None,
         overruns: Callable[[], list[dict[str, Any]] | None] = lambda: None,
+        renewing: Callable[[list[ClaimedJob]], AbstractContextManager[None]] = (
+            lambda jobs: contextlib.nullcontext()
+        ),
     ) -> None:
+        # Keeps the worker's other statements off the rows a renewal updates (Completer).
+        self._renewing = renewing
         self._on_renewed = on_renewed
         # Handlers running past their timeout, stored with the worker's row (the Workers page).
         self._overruns = overruns
@@ -120,19 +127,20 @@ class Heartbeater:
             progress.append(percent)
             # PostgreSQL text cannot hold NUL; one such stage would fail every renewal.
             stages.append(stage.replace("\x00", "") if stage is not None else None)
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                self._queries.heartbeat_jobs,
-                {
-                    "ids": ids,
-                    "tokens": tokens,
-                    "progress": progress,
-                    "stages": stages,
-                    "worker": self._worker_id,
-                    "overruns": _json(self._overruns()),
-                },
-            )
-            renewed = {token for _, token in await cur.fetchall()}
+        with self._renewing(jobs):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    self._queries.heartbeat_jobs,
+                    {
+                        "ids": ids,
+                        "tokens": tokens,
+                        "progress": progress,
+                        "stages": stages,
+                        "worker": self._worker_id,
+                        "overruns": _json(self._overruns()),
+                    },
+                )
+                renewed = {token for _, token in await cur.fetchall()}
         self.beats += 1
         self._on_renewed(len(renewed))
         for job in jobs:

@@ -99,6 +99,7 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         self._on_lease_lost,
         self.metrics.lease_renewals.inc,
         overruns=self._overruns.snapshot,
+        renewing=self._completer.renewing,
     )
     self._runtime = Runtime(
         self.db,
