@@ -387,6 +387,16 @@ def test_a_worker_with_a_pool_of_one_connection_shares_it_between_claims_and_out
     assert statuses(db) == {"succeeded": 30}
 
 
+def waiting_on_locks(db: psycopg.Connection[Any]) -> list[str]:
+    """The start of each session's query that waits for a lock: every such session, not only
+    those pg_blocking_pids() names the locker for, since a second waiter on a row waits for the
+    first (the tuple lock's queue)."""
+    rows = db.execute(
+        "SELECT left(query, 40) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 @pytest.mark.anyio
 async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
     app: cronbase.App, db: psycopg.Connection[Any], database_url: str
@@ -407,24 +417,16 @@ async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
     async def finishes() -> None:
         locker.execute("SELECT 1 FROM cronbase.jobs WHERE task = 'finishes' FOR UPDATE")
 
-    def waiting_on_locker() -> int:
-        row_ = db.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-            [locker.info.backend_pid],
-        ).fetchone()
-        assert row_ is not None
-        return int(row_[0])
-
     try:
         async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
             running_id = await stays.defer_async()
             await eventually(lambda: row(db, running_id)["status"] == "running", what="a claim")
             finished_id = await finishes.defer_async()
-            await eventually(lambda: waiting_on_locker() == 1, what="the claim to wait")
+            await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the claim to wait")
             before = row(db, running_id)["locked_until"]
             # Five renewals' worth (a third of the 600 ms lease each).
             await asyncio.sleep(1.0)
-            assert waiting_on_locker() == 1, "something besides the claim waits on the row"
+            assert len(waiting_on_locks(db)) == 1, "something besides the claim waits on the row"
             assert row(db, running_id)["locked_until"] > before, "the running job went unrenewed"
             locker.rollback()
             await eventually(
@@ -454,26 +456,20 @@ async def test_a_job_that_finishes_while_its_lease_is_renewed_is_written_after_t
     async def renewed() -> None:
         await finish.wait()
 
-    def waiting_on_locks() -> list[str]:
-        # Every session waiting for a lock, not only those pg_blocking_pids() names the locker
-        # for: a second waiter on a row waits for the first (the tuple lock's queue).
-        rows = db.execute(
-            "SELECT left(query, 40) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        ).fetchall()
-        return [r[0] for r in rows]
-
     try:
         async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
             job_id = await renewed.defer_async()
             await eventually(lambda: row(db, job_id)["status"] == "running", what="a claim")
             locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [job_id])
             # A third of the 600 ms lease: the next renewal waits on the row.
-            await eventually(lambda: len(waiting_on_locks()) == 1, what="the renewal to wait")
-            assert "beat" in waiting_on_locks()[0]
+            await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the renewal to wait")
+            assert "beat" in waiting_on_locks(db)[0]
             finish.set()
             # Claims (every 50 ms) and the completer's flush (after 20 ms) have had their turns.
             await asyncio.sleep(0.5)
-            assert len(waiting_on_locks()) == 1, f"waiting beside the renewal: {waiting_on_locks()}"
+            assert len(waiting_on_locks(db)) == 1, (
+                f"waiting beside the renewal: {waiting_on_locks(db)}"
+            )
             assert row(db, job_id)["status"] == "running"
             locker.rollback()
             await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
