@@ -119,16 +119,7 @@ def test_skewed_clocks_change_nothing(world: World) -> None:
     # -- all three, with schedules, delayed jobs and long ones -----------------------------------
     workers = {name: start(name, schedule=True, suffix="-2") for name in CLOCKS}
     world.wait_registered(workers.values())
-    # A worker registers before its scheduler's first tick declares the schedule.
-    first_slot = wait_for(
-        lambda: world.value(
-            "SELECT date_trunc('second', min(created_at)) + interval '1 second' "
-            "FROM cronbase.schedules WHERE key = %s",
-            [SCHEDULE_KEY],
-        ),
-        timeout=30,
-        what="the schedule to be declared",
-    )
+    first_slot = world.first_slot()
     # Round robin over the hosts' own queues: each clock defers due jobs and holds long ones.
     spawn, work, names = world.app.get_task("spawn"), world.app.get_task("work"), list(CLOCKS)
     spawn_ids = [

@@ -242,15 +242,7 @@ def test_a_scheduler_cut_off_mid_tick_holds_no_slot_back(world: World) -> None:
     workers = {name: world.start_worker(host, env=schedule) for name, host in hosts.items()}
     world.wait_registered(workers.values())
     victim = hosts["w1"]
-    first_slot = wait_for(
-        lambda: world.value(
-            "SELECT date_trunc('second', min(created_at)) + interval '1 second' "
-            "FROM cronbase.schedules WHERE key = %s",
-            [SCHEDULE_KEY],
-        ),
-        timeout=30,
-        what="the schedule to be declared",
-    )
+    first_slot = world.first_slot()
     world.conn.execute(HOLD_TICK)
     # The victim's next tick that advances the schedule is held on the server for 2 s, its
     # lock taken: the cut lands then, and the reply is lost.

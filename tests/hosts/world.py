@@ -18,7 +18,7 @@ import pytest
 import cronbase
 from tests.conftest import wait_for
 from tests.e2e.harness import WorkerProcess, WorkerProcesses
-from tests.hosts.hosts_app import TABLES, make_app
+from tests.hosts.hosts_app import SCHEDULE_KEY, TABLES, make_app
 from tests.hosts.network import Host, Network
 from tests.servers import PostgresCluster
 
@@ -129,6 +129,20 @@ class World:
             return bool(found == len(names))
 
         wait_for(registered, timeout=timeout, what=f"workers {', '.join(names)} to register")
+
+    def first_slot(self) -> datetime:
+        """The first whole second after the test schedule was declared: its first slot. A worker
+        registers before its scheduler's first tick declares the schedule, so this waits for it."""
+        slot: datetime = wait_for(
+            lambda: self.value(
+                "SELECT date_trunc('second', min(created_at)) + interval '1 second' "
+                "FROM cronbase.schedules WHERE key = %s",
+                [SCHEDULE_KEY],
+            ),
+            timeout=30,
+            what="the schedule to be declared",
+        )
+        return slot
 
     def wait_drained(self, ids: Sequence[int], *, timeout: float) -> None:
         """Every job of ``ids`` succeeded; the failure says what is left."""
