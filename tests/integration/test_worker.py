@@ -479,6 +479,46 @@ async def test_a_job_that_finishes_while_its_lease_is_renewed_is_written_after_t
 
 
 @pytest.mark.anyio
+async def test_a_stopping_worker_hands_its_jobs_back_after_a_renewal_of_their_rows(
+    app: cronbase.App,
+    db: psycopg.Connection[Any],
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Past its grace period a stopping worker hands its running jobs back (release_jobs), while
+    # its heartbeat may be renewing the same rows: two statements of one worker taking the rows
+    # each in its own order can deadlock, as the claim and the renewal did. Here another session
+    # holds a running job's row, so the renewal waits on it; the worker is then stopped with no
+    # grace. The hand-back must wait for the renewal in the worker, not beside it on the row;
+    # then both jobs are queued again, attempts not counted, and no lease is reported lost.
+    locker = psycopg.connect(database_url)  # a transaction open until the rollback below
+
+    @app.task(lease=timedelta(milliseconds=600))
+    async def stays() -> None:
+        await asyncio.Event().wait()
+
+    try:
+        async with running_worker(
+            app, poll_interval=timedelta(milliseconds=50), shutdown_grace=timedelta(0)
+        ) as worker:
+            ids = [await stays.defer_async() for _ in range(2)]
+            await eventually(lambda: statuses(db) == {"running": 2}, what="both claimed")
+            locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [ids[0]])
+            # A third of the 600 ms lease: the next renewal waits on the row.
+            await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the renewal to wait")
+            worker.stop()
+            await asyncio.sleep(0.5)  # the jobs are cancelled and handed back meanwhile
+            waiting = waiting_on_locks(db)
+            locker.rollback()  # before the check: the worker's stop waits for the row
+    finally:
+        locker.close()
+    assert len(waiting) == 1, f"waiting beside the renewal: {waiting}"
+    assert statuses(db) == {"queued": 2}
+    assert [row(db, i)["attempts"] for i in ids] == [0, 0]
+    assert not [r for r in caplog.records if "lease lost" in r.getMessage()]
+
+
+@pytest.mark.anyio
 async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
     app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -279,8 +279,9 @@ class Claimer:
                 ", ".join(map(str, released)),
             )
 
-    async def hand_back(self, jobs: list[ClaimedJob], reason: str) -> None:
-        """Queue ``jobs`` again now, attempt not counted (a stopping worker's unfinished jobs)."""
+    async def hand_back(self, jobs: list[ClaimedJob], reason: str) -> bool:
+        """Queue ``jobs`` again now, attempt not counted (a stopping worker's unfinished jobs);
+        False when the database could not be told (their leases then run out)."""
         try:
             async with self._pool.connection() as conn:
                 await conn.execute(
@@ -299,3 +300,5 @@ class Claimer:
                 ", ".join(str(j.id) for j in jobs),
                 str(exc).strip(),
             )
+            return False
+        return True

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,8 @@ class Heartbeater:
         self._has_progress = False
         # The shortest lease the next beat is planned for (interval()).
         self._planned_for = IDLE_INTERVAL * 3
+        # Held by a beat from its snapshot to its statement's end, and by held_back().
+        self._beating = asyncio.Lock()
         self.beats = 0
 
     def progress_changed(self) -> None:
@@ -116,7 +118,29 @@ class Heartbeater:
                 failures.failed(exc)
             last_beat = loop.time()
 
+    @contextlib.asynccontextmanager
+    async def held_back(self, wait: float) -> AsyncIterator[None]:
+        """No renewal meanwhile (one in flight ends first), for a statement of the worker that
+        takes the rows a renewal updates (the hand-back at shutdown): two such statements, each
+        taking the rows in its own order, can deadlock. The next beat's snapshot is taken after,
+        so it leaves out what the statement ended. A renewal still running after ``wait``
+        seconds (its connection cut off, say) is not waited for: better beside it than never."""
+        try:
+            async with asyncio.timeout(wait):
+                await self._beating.acquire()
+        except TimeoutError:
+            yield
+            return
+        try:
+            yield
+        finally:
+            self._beating.release()
+
     async def beat(self) -> None:
+        async with self._beating:
+            await self._beat()
+
+    async def _beat(self) -> None:
         jobs = self._held()
         ids, tokens, progress, stages = [], [], [], []
         for job in jobs:

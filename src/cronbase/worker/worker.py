@@ -73,6 +73,8 @@ _EAGER = sys.version_info >= (3, 12)
 BURST_RATE_WAIT = 60.0
 # How long a stopping worker tries to write its last outcomes when the database fails.
 DRAIN_TIMEOUT = 10.0
+# How long a stopping worker's hand-back waits for a lease renewal of the same rows to end.
+HAND_BACK_WAIT = 5.0
 
 
 def _start(
@@ -301,7 +303,11 @@ class Worker:
             for _, task in leftover:
                 task.cancel()
             jobs = [job for job, _ in leftover]
-            await self._claimer.hand_back(jobs, "worker shut down before it finished")
+            # Not beside a renewal of the same rows (they could deadlock); and no longer ours
+            # to renew once handed back, even before their tasks have unwound.
+            async with self._heartbeater.held_back(HAND_BACK_WAIT):
+                if await self._claimer.hand_back(jobs, "worker shut down before it finished"):
+                    self._lost.update(jobs)
             await asyncio.gather(*(task for _, task in leftover), return_exceptions=True)
         try:
             # Bounded: with the database gone for good the completer would retry forever. What
