@@ -39,6 +39,13 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
         "/* in_queues */",
         "AND queue = ANY (%(queues)s::text[])",
     ),
+    # A worker of every queue's fair claim has no queue test: a test it cannot know the answer
+    # to at plan time made the prepared claim's generic plan read and sort every busy key.
+    "claim_fair_jobs_in_queues": (
+        "claim_fair_jobs",
+        "/* in_fair_queues */",
+        "AND split_part(substr(x.scope, 6), '|', 1) = ANY (%(queues)s::text[])",
+    ),
 }
 
 
@@ -239,6 +246,7 @@ class Queries:
     claim_flow_jobs: bytes
     prune_flow_logs: bytes
     claim_fair_jobs: bytes
+    claim_fair_jobs_in_queues: bytes
     set_fair_weight: bytes
     list_fair_keys: bytes
     insert_graph: bytes

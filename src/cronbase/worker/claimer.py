@@ -176,7 +176,7 @@ class Claimer:
                 after=self._fair_after,
             )
             async with self._connection() as conn:
-                statement = fair_statement(self._db.queries, limit)
+                statement = fair_statement(self._db.queries, limit, queues)
                 result = await run_claim(conn, statement, params, self._db.json_loads)
             carried.written = result.written_ids
         for bad in result.undecodable:

@@ -59,7 +59,9 @@ def sized_statement(template: bytes, limit: int) -> bytes:
     return written_in(template, (("limit", limit), ("probe", probe), ("scan", SCAN_KEYS)))
 
 
-def fair_statement(queries: Queries, limit: int) -> bytes:
-    """claim_fair_jobs for a claim of ``limit`` jobs, its sizes written in (run it with
+def fair_statement(queries: Queries, limit: int, queues: Sequence[str] | None) -> bytes:
+    """claim_fair_jobs for a claim of ``limit`` jobs, its sizes written in, or
+    claim_fair_jobs_in_queues for a worker of some ``queues`` (run it with
     :func:`~cronbase.worker.claim.run_claim`; params from :func:`fair_params`)."""
-    return sized_statement(queries.claim_fair_jobs, limit)
+    template = queries.claim_fair_jobs_in_queues if queues else queries.claim_fair_jobs
+    return sized_statement(template, limit)
