@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -387,6 +388,16 @@ def test_a_worker_with_a_pool_of_one_connection_shares_it_between_claims_and_out
     assert statuses(db) == {"succeeded": 30}
 
 
+@pytest.fixture
+def locker(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """Another session: the row locks a test takes on it (FOR UPDATE) hold until it rolls back."""
+    conn = psycopg.connect(database_url)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
 def waiting_on_locks(db: psycopg.Connection[Any]) -> list[str]:
     """The start of each session's query that waits for a lock: every such session, not only
     those pg_blocking_pids() names the locker for, since a second waiter on a row waits for the
@@ -399,7 +410,7 @@ def waiting_on_locks(db: psycopg.Connection[Any]) -> list[str]:
 
 @pytest.mark.anyio
 async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
-    app: cronbase.App, db: psycopg.Connection[Any], database_url: str
+    app: cronbase.App, db: psycopg.Connection[Any], locker: psycopg.Connection[Any]
 ) -> None:
     # A claim carrying a success holds that job's row until it commits. The heartbeat renewed
     # outcomes in flight too: the same rows, in another order, and the two deadlocked (seen in
@@ -407,7 +418,6 @@ async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
     # another session holds the finished job's row, so the claim carrying it waits: the
     # heartbeat must not wait beside it, and must go on renewing the job still running.
     release = asyncio.Event()
-    locker = psycopg.connect(database_url)  # a transaction open until the rollback below
 
     @app.task(lease=timedelta(milliseconds=600))
     async def stays() -> None:
@@ -417,31 +427,26 @@ async def test_a_success_a_claim_is_writing_is_not_renewed_beside_it(
     async def finishes() -> None:
         locker.execute("SELECT 1 FROM cronbase.jobs WHERE task = 'finishes' FOR UPDATE")
 
-    try:
-        async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
-            running_id = await stays.defer_async()
-            await eventually(lambda: row(db, running_id)["status"] == "running", what="a claim")
-            finished_id = await finishes.defer_async()
-            await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the claim to wait")
-            before = row(db, running_id)["locked_until"]
-            # Five renewals' worth (a third of the 600 ms lease each).
-            await asyncio.sleep(1.0)
-            assert len(waiting_on_locks(db)) == 1, "something besides the claim waits on the row"
-            assert row(db, running_id)["locked_until"] > before, "the running job went unrenewed"
-            locker.rollback()
-            await eventually(
-                lambda: row(db, finished_id)["status"] == "succeeded", what="the success"
-            )
-            release.set()
-            await eventually(lambda: statuses(db) == {"succeeded": 2}, what="both outcomes")
-    finally:
-        locker.close()
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
+        running_id = await stays.defer_async()
+        await eventually(lambda: row(db, running_id)["status"] == "running", what="a claim")
+        finished_id = await finishes.defer_async()
+        await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the claim to wait")
+        before = row(db, running_id)["locked_until"]
+        # Five renewals' worth (a third of the 600 ms lease each).
+        await asyncio.sleep(1.0)
+        assert len(waiting_on_locks(db)) == 1, "something besides the claim waits on the row"
+        assert row(db, running_id)["locked_until"] > before, "the running job went unrenewed"
+        locker.rollback()
+        await eventually(lambda: row(db, finished_id)["status"] == "succeeded", what="the success")
+        release.set()
+        await eventually(lambda: statuses(db) == {"succeeded": 2}, what="both outcomes")
     assert [a.outcome for a in app.jobs.attempts(finished_id)] == ["succeeded"]
 
 
 @pytest.mark.anyio
 async def test_a_job_that_finishes_while_its_lease_is_renewed_is_written_after_the_renewal(
-    app: cronbase.App, db: psycopg.Connection[Any], database_url: str
+    app: cronbase.App, db: psycopg.Connection[Any], locker: psycopg.Connection[Any]
 ) -> None:
     # The heartbeat takes its snapshot of held jobs, then renews their rows. A job of the
     # snapshot that finished meanwhile rode the next claim, whose DELETE met the renewal's UPDATE
@@ -450,31 +455,25 @@ async def test_a_job_that_finishes_while_its_lease_is_renewed_is_written_after_t
     # holds the running job's row, so the renewal waits on it; the job then finishes. No claim
     # and no flush may write it beside the renewal: one session waits on the row, not two.
     finish = asyncio.Event()
-    locker = psycopg.connect(database_url)  # a transaction open until the rollback below
 
     @app.task(lease=timedelta(milliseconds=600))
     async def renewed() -> None:
         await finish.wait()
 
-    try:
-        async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
-            job_id = await renewed.defer_async()
-            await eventually(lambda: row(db, job_id)["status"] == "running", what="a claim")
-            locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [job_id])
-            # A third of the 600 ms lease: the next renewal waits on the row.
-            await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the renewal to wait")
-            assert "beat" in waiting_on_locks(db)[0]
-            finish.set()
-            # Claims (every 50 ms) and the completer's flush (after 20 ms) have had their turns.
-            await asyncio.sleep(0.5)
-            assert len(waiting_on_locks(db)) == 1, (
-                f"waiting beside the renewal: {waiting_on_locks(db)}"
-            )
-            assert row(db, job_id)["status"] == "running"
-            locker.rollback()
-            await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
-    finally:
-        locker.close()
+    async with running_worker(app, poll_interval=timedelta(milliseconds=50)):
+        job_id = await renewed.defer_async()
+        await eventually(lambda: row(db, job_id)["status"] == "running", what="a claim")
+        locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [job_id])
+        # A third of the 600 ms lease: the next renewal waits on the row.
+        await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the renewal to wait")
+        assert "beat" in waiting_on_locks(db)[0]
+        finish.set()
+        # Claims (every 50 ms) and the completer's flush (after 20 ms) have had their turns.
+        await asyncio.sleep(0.5)
+        assert len(waiting_on_locks(db)) == 1, f"waiting beside the renewal: {waiting_on_locks(db)}"
+        assert row(db, job_id)["status"] == "running"
+        locker.rollback()
+        await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
     assert [a.outcome for a in app.jobs.attempts(job_id)] == ["succeeded"]
 
 
@@ -482,7 +481,7 @@ async def test_a_job_that_finishes_while_its_lease_is_renewed_is_written_after_t
 async def test_a_stopping_worker_hands_its_jobs_back_after_a_renewal_of_their_rows(
     app: cronbase.App,
     db: psycopg.Connection[Any],
-    database_url: str,
+    locker: psycopg.Connection[Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Past its grace period a stopping worker hands its running jobs back (release_jobs), while
@@ -491,27 +490,23 @@ async def test_a_stopping_worker_hands_its_jobs_back_after_a_renewal_of_their_ro
     # holds a running job's row, so the renewal waits on it; the worker is then stopped with no
     # grace. The hand-back must wait for the renewal in the worker, not beside it on the row;
     # then both jobs are queued again, attempts not counted, and no lease is reported lost.
-    locker = psycopg.connect(database_url)  # a transaction open until the rollback below
 
     @app.task(lease=timedelta(milliseconds=600))
     async def stays() -> None:
         await asyncio.Event().wait()
 
-    try:
-        async with running_worker(
-            app, poll_interval=timedelta(milliseconds=50), shutdown_grace=timedelta(0)
-        ) as worker:
-            ids = [await stays.defer_async() for _ in range(2)]
-            await eventually(lambda: statuses(db) == {"running": 2}, what="both claimed")
-            locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [ids[0]])
-            # A third of the 600 ms lease: the next renewal waits on the row.
-            await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the renewal to wait")
-            worker.stop()
-            await asyncio.sleep(0.5)  # the jobs are cancelled and handed back meanwhile
-            waiting = waiting_on_locks(db)
-            locker.rollback()  # before the check: the worker's stop waits for the row
-    finally:
-        locker.close()
+    async with running_worker(
+        app, poll_interval=timedelta(milliseconds=50), shutdown_grace=timedelta(0)
+    ) as worker:
+        ids = [await stays.defer_async() for _ in range(2)]
+        await eventually(lambda: statuses(db) == {"running": 2}, what="both claimed")
+        locker.execute("SELECT 1 FROM cronbase.jobs WHERE id = %s FOR UPDATE", [ids[0]])
+        # A third of the 600 ms lease: the next renewal waits on the row.
+        await eventually(lambda: len(waiting_on_locks(db)) == 1, what="the renewal to wait")
+        worker.stop()
+        await asyncio.sleep(0.5)  # the jobs are cancelled and handed back meanwhile
+        waiting = waiting_on_locks(db)
+        locker.rollback()  # before the check: the worker's stop waits for the row
     assert len(waiting) == 1, f"waiting beside the renewal: {waiting}"
     assert statuses(db) == {"queued": 2}
     assert [row(db, i)["attempts"] for i in ids] == [0, 0]
