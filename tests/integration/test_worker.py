@@ -514,6 +514,48 @@ async def test_a_stopping_worker_hands_its_jobs_back_after_a_renewal_of_their_ro
 
 
 @pytest.mark.anyio
+async def test_a_worker_whose_connection_is_lost_while_it_registers_retries_and_starts(
+    app: cronbase.App,
+    db: psycopg.Connection[Any],
+    locker: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The database can go away between a starting worker's first connection and its
+    # registration: the chaos tier started a worker through pgbouncer while PostgreSQL
+    # restarted, its registration met "server conn crashed?" and it exited 1. Here another
+    # session locks the workers table so the registration waits, and its backend is then ended
+    # as a restart ends it: the worker must say so, retry and start, not exit.
+    locker.execute("LOCK TABLE cronbase.workers IN SHARE MODE")
+    worker = app.worker(install_signal_handlers=False, poll_interval=timedelta(milliseconds=50))
+    run = asyncio.create_task(worker.run(), name="test-worker")
+    try:
+        with caplog.at_level(logging.WARNING, logger="cronbase"):
+            registering = (
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'INSERT INTO %workers%'"
+            )
+            pids = await eventually(
+                lambda: [r[0] for r in db.execute(registering)], what="the registration to wait"
+            )
+            db.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", [pids])
+            await asyncio.sleep(0.3)  # the worker meets the lost connection, and waits
+            assert not run.done(), "the worker ended at its start"
+            locker.rollback()
+            async with asyncio.timeout(30):
+                await worker.started.wait()
+        found = db.execute("SELECT count(*) FROM cronbase.workers WHERE id = %s", [worker.id])
+        assert found.fetchone() == (1,)
+        assert "registering the worker failed" in caplog.text
+        assert "registering the worker works again after 1 failures" in caplog.text
+    finally:
+        locker.rollback()
+        worker.stop()
+        async with asyncio.timeout(30):
+            await run
+        await app.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
     app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import psycopg
 
 from ..errors import DatabaseURLError, MigrationError
 from .migrate import LATEST_VERSION
+from .pool import is_connection_loss
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from .database import Database
 
 logger = logging.getLogger("cronbase")
+
+T = TypeVar("T")
 
 PAUSE_FIRST = 0.1
 # The longest pause between retries: once the database is back, a worker claims within about
@@ -136,3 +140,21 @@ async def connect_when_ready(db: Database, worker_id: str, *, wait: bool) -> Asy
             if not wait or is_permanent_connect_error(exc):
                 raise
             await asyncio.sleep(failures.failed(exc))
+
+
+async def when_reachable(what: str, step: Callable[[], Awaitable[T]], *, wait: bool) -> T:
+    """Run one of a worker's start steps after its pool opened (its registration, its first
+    reap); with ``wait``, retry it while its connection is lost (logging once), else fail at once.
+    The database can go away again between the pool's first connection and these: a restart, a
+    failover, a pooler whose server connection broke. Any other error fails at once."""
+    failures = FailureLog(what)
+    while True:
+        try:
+            result = await step()
+        except Exception as exc:
+            if not wait or not is_connection_loss(exc):
+                raise
+            await asyncio.sleep(failures.failed(exc))
+        else:
+            failures.succeeded()
+            return result

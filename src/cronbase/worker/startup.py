@@ -17,7 +17,7 @@ import socket
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..db.health import connect_when_ready
+from ..db.health import connect_when_ready, when_reachable
 from ..db.migrate import LATEST_VERSION
 from ..db.notifier import Notifier
 from ..db.pool import describe as describe_url
@@ -59,14 +59,16 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         stop_metrics, serve_metrics(o.metrics_port, o.metrics_host, self.metrics.registry)
     )
     # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
-    # database (a deploy racing a database restart), saying so.
-    pool = await connect_when_ready(self.db, self.id, wait=not o.burst)
+    # database (a deploy racing a database restart), saying so, here and in the steps below.
+    wait = not o.burst
+    pool = await connect_when_ready(self.db, self.id, wait=wait)
     stack.push_async_callback(pool.close)
     if any(t.isolation == "process" for t in self.tasks.values()):
         self._children = Children(self.db.url, logger.level)
         stack.callback(self._children.close)
     try:
-        await _register(self, pool)
+        # Idempotent (an upsert), so a retry after a reply lost with the connection is safe.
+        await when_reachable("registering the worker", lambda: _register(self, pool), wait=wait)
     except asyncio.CancelledError:
         # Cancelled while registering (a supervisor's stop before the worker started): the
         # row may be committed already, and the stack would not remove it.
@@ -111,7 +113,7 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         self._on_timeout,
     )
     reaper = Reaper(pool, self.db, o.reap_interval)
-    await reaper.reap_once()
+    await when_reachable("reaping expired leases", reaper.reap_once, wait=wait)
     helpers: dict[str, Coroutine[Any, Any, None]] = {
         "completer": self._completer.run(),
         "heartbeat": self._heartbeater.run(),
