@@ -1,5 +1,5 @@
 """Where a drain at concurrency 10 loses to the raw ceiling: the same claim loop built up a layer
-at a time, from psycopg's sync API to the cronbase worker (bench/README.md, "The worker's hot
+at a time, from psycopg's sync API to the cronbase worker (bench/HISTORY.md, "The worker's hot
 loop").
 
 ```sh

@@ -8,7 +8,7 @@
 -- trigger: the trigger's transition table cost ~10% of a bulk insert (migration 0007). The
 -- NOTIFY is called in RETURNING, once per row inserted (`notified` is NULL for a job not yet
 -- due): the same statement as a CTE feeding a SELECT took ~16 us more per insert (330 vs 314;
--- a bare INSERT of two columns 311; bench/README.md "Fast at the settings people use").
+-- a bare INSERT of two columns 311; bench/HISTORY.md "Fast at the settings people use").
 INSERT INTO {schema}.jobs (task, queue, payload, priority, run_at, max_attempts, lease, metadata,
                            flow_key, task_version)
 VALUES (%(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s,
