@@ -52,6 +52,7 @@ class Claimer:
         queues: list[str] | None,
         queue_caps: dict[str, int] | None,
         refresh_every: float,
+        recheck_fair_every: float,
     ) -> None:
         self._pool = pool
         self._db = db
@@ -66,6 +67,10 @@ class Claimer:
         self._fair = fair_tasks(tasks)
         self._has_plain = len(self._fair) < len(tasks)
         self._fair_after: str | None = None
+        # A worker with plain tasks too lets the fair claim rest while no fair job is due (see
+        # _fair_rests): when, per set of queues claimed from, its last claim found none.
+        self._fair_none_at: dict[tuple[str, ...] | None, float] = {}
+        self._recheck_fair_every = recheck_fair_every
         # Flow control: the limits this worker's tasks declare, the limited queues it serves
         # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
         # robin, and when to look again for jobs a limit held back (None: on usual wake-ups).
@@ -142,9 +147,28 @@ class Claimer:
     def _is_limited(self, job: ClaimedJob) -> bool:
         return job.task in self._flows or job.queue in self._limited_queues
 
+    def fair_jobs_may_be_new(self) -> None:
+        """A notification said jobs were deferred (or released) in a queue this worker serves:
+        some may be fair, so the next claim looks for them."""
+        self._fair_none_at.clear()
+
+    def _fair_rests(self, queues: list[str] | None) -> bool:
+        """Whether this claim may leave out the fair claim: the worker has plain tasks too, and
+        the last fair claim for these queues found no fair job due, less than a poll interval
+        ago and with no notification since. Else a worker with both kinds of task and no fair
+        jobs (a fair task of a few tenants beside everyday tasks) would make a second round
+        trip, and a second commit, on every claim (bench/README.md, "Fairness": half the plain
+        drain's rate). Jobs not deferred (a retry or a scheduled job coming due) are found
+        within the interval, and whenever the other claims leave a slot free (see _claim)."""
+        if not self._has_plain:
+            return False
+        at = self._fair_none_at.get(tuple(queues) if queues else None)
+        return at is not None and asyncio.get_running_loop().time() - at < self._recheck_fair_every
+
     async def _claim(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         jobs: list[ClaimedJob] = []
-        if self._fair:
+        fair_rests = bool(self._fair) and self._fair_rests(queues)
+        if self._fair and not fair_rests:
             jobs = await self._claim_fair(limit, queues)
             limit -= len(jobs)
             if not self._has_plain:
@@ -159,13 +183,18 @@ class Claimer:
             flow = await self._claim_flow(limit, queues)
             jobs += flow
             limit -= len(flow)
-        return jobs + await self._claim_plain(limit, queues)
+        plain = await self._claim_plain(limit, queues)
+        if fair_rests and len(plain) < limit:
+            # Slots the other claims could not fill: fair jobs may have come due meanwhile.
+            plain += await self._claim_fair(limit - len(plain), queues)
+        return jobs + plain
 
     async def _claim_fair(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         """claim_fair_jobs (fair.sql): up to ``limit`` fair jobs, round robin across their keys,
         carrying the waiting successes."""
         if limit <= 0:
             return []
+        after = self._fair_after
         with self._completer.carrying() as carried:
             params = fair_params(
                 done=carried.jobs,
@@ -173,7 +202,7 @@ class Claimer:
                 worker=self._worker_id,
                 tasks=sorted(self._fair),
                 queues=queues,
-                after=self._fair_after,
+                after=after,
             )
             async with self._connection() as conn:
                 statement = fair_statement(self._db.queries, limit, queues)
@@ -185,6 +214,14 @@ class Claimer:
         if result.held and not result.jobs:
             # Keys thought busy had no due job (now idle): the next keys may have some.
             self.retry_in = min(FLOW_CONTENDED_RETRY, self.retry_in or FLOW_CONTENDED_RETRY)
+        scope = tuple(queues) if queues else None
+        if not result.jobs and not result.held and after is None and result.cursor is None:
+            # Conclusive: its look at the jobs index went from the first key to the last (a
+            # claim that started after a cursor did not see the keys before it), and no key
+            # thought busy had a due job.
+            self._fair_none_at[scope] = asyncio.get_running_loop().time()
+        else:
+            self._fair_none_at.pop(scope, None)
         return result.jobs
 
     async def _claim_plain(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:

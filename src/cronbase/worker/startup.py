@@ -90,6 +90,7 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         queues=o.queues,
         queue_caps=o.queue_caps,
         refresh_every=o.reap_interval,
+        recheck_fair_every=o.poll_interval,
     )
     stack.push_async_callback(self._claimer.close)  # before the pool closes
     self._overruns = Overruns(self._count_overrun, lambda: self._heartbeater.progress_changed())

@@ -338,6 +338,7 @@ class Worker:
 
     def _on_notify(self, queue: str) -> None:
         if self.options.queues is None or queue in self.options.queues:
+            self._claimer.fair_jobs_may_be_new()
             self._wake.set()
 
     def _on_timeout(self, job: ClaimedJob, note: str) -> None:
