@@ -203,13 +203,15 @@ def fair_values() -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("scan", [True, False], ids=["window", "between-passes"])
 def test_the_fair_claim_probes_indexes_only(
-    lived_in: cronbase.App, db: psycopg.Connection[Any]
+    lived_in: cronbase.App, db: psycopg.Connection[Any], scan: bool
 ) -> None:
     """claim_fair_jobs (db/sql/fair.sql) beside the finished rows and a fair backlog of a few
     keys: every read of cronbase.jobs is an index probe of jobs_flow_due_idx (the key window, the
     due probe, the per-key pick) or of the primary key (the lease, the successes carried), in the
-    custom plan and in the generic one; never a scan of the table or a hash of waiting jobs."""
+    custom plan and in the generic one; never a scan of the table or a hash of waiting jobs.
+    Both forms: with the window, and with the one key a claim between passes looks at."""
     db.execute(
         """
         INSERT INTO cronbase.jobs (task, payload, flow_key)
@@ -225,7 +227,7 @@ def test_the_fair_claim_probes_indexes_only(
     allowed |= {("Index Scan", "jobs_pkey")}
     # As the worker runs it: its sizes written in (sized_statement), so the generic plan is the
     # one a prepared claim settles on.
-    statement = sized_statement(q.claim_fair_jobs, 10)
+    statement = sized_statement(q.claim_fair_jobs, 10, scan=scan)
     assert set(scans_of_jobs(explain(db, statement, params))) <= allowed
     values = fair_values()
     args = arguments(statement, values)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..db.pool import has_news
 from .claim import ClaimedJob, claim_jobs, claim_params, claimable_names, run_claim
-from .fair_claim import fair_params, fair_statement, fair_tasks
+from .fair_claim import FairPacing, fair_params, fair_statement, fair_tasks
 from .flow_claim import FlowClaim, candidate_params, claim_flow_jobs, task_flows
 from .outcomes import undecodable
 
@@ -66,11 +66,7 @@ class Claimer:
         # claim is skipped (but for carrying successes) when it has nothing else.
         self._fair = fair_tasks(tasks)
         self._has_plain = len(self._fair) < len(tasks)
-        self._fair_after: str | None = None
-        # A worker with plain tasks too lets the fair claim rest while no fair job is due (see
-        # _fair_rests): when, per set of queues claimed from, its last claim found none.
-        self._fair_none_at: dict[tuple[str, ...] | None, float] = {}
-        self._recheck_fair_every = recheck_fair_every
+        self._fair_pacing = FairPacing(has_plain=self._has_plain, every=recheck_fair_every)
         # Flow control: the limits this worker's tasks declare, the limited queues it serves
         # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
         # robin, and when to look again for jobs a limit held back (None: on usual wake-ups).
@@ -149,25 +145,13 @@ class Claimer:
 
     def fair_jobs_may_be_new(self) -> None:
         """A notification said jobs were deferred (or released) in a queue this worker serves:
-        some may be fair, so the next claim looks for them."""
-        self._fair_none_at.clear()
-
-    def _fair_rests(self, queues: list[str] | None) -> bool:
-        """Whether this claim may leave out the fair claim: the worker has plain tasks too, and
-        the last fair claim for these queues found no fair job due, less than a poll interval
-        ago and with no notification since. Else a worker with both kinds of task and no fair
-        jobs (a fair task of a few tenants beside everyday tasks) would make a second round
-        trip, and a second commit, on every claim (bench/README.md, "Fairness": half the plain
-        drain's rate). Jobs not deferred (a retry or a scheduled job coming due) are found
-        within the interval, and whenever the other claims leave a slot free (see _claim)."""
-        if not self._has_plain:
-            return False
-        at = self._fair_none_at.get(tuple(queues) if queues else None)
-        return at is not None and asyncio.get_running_loop().time() - at < self._recheck_fair_every
+        some may be fair, so the next claim looks for them (FairPacing)."""
+        self._fair_pacing.notified()
 
     async def _claim(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         jobs: list[ClaimedJob] = []
-        fair_rests = bool(self._fair) and self._fair_rests(queues)
+        now = asyncio.get_running_loop().time()
+        fair_rests = bool(self._fair) and self._fair_pacing.rests(_scope(queues), now)
         if self._fair and not fair_rests:
             jobs = await self._claim_fair(limit, queues)
             limit -= len(jobs)
@@ -194,7 +178,8 @@ class Claimer:
         carrying the waiting successes."""
         if limit <= 0:
             return []
-        after = self._fair_after
+        pacing = self._fair_pacing
+        scans = pacing.scans(asyncio.get_running_loop().time())
         with self._completer.carrying() as carried:
             params = fair_params(
                 done=carried.jobs,
@@ -202,26 +187,22 @@ class Claimer:
                 worker=self._worker_id,
                 tasks=sorted(self._fair),
                 queues=queues,
-                after=after,
+                after=pacing.after,
             )
             async with self._connection() as conn:
-                statement = fair_statement(self._db.queries, limit, queues)
+                statement = fair_statement(self._db.queries, limit, queues, scan=scans)
                 result = await run_claim(conn, statement, params, self._db.json_loads)
             carried.written = result.written_ids
         for bad in result.undecodable:
             self._completer.add(undecodable(bad))
-        self._fair_after = result.cursor
         if result.held and not result.jobs:
-            # Keys thought busy had no due job (now idle): the next keys may have some.
-            self.retry_in = min(FLOW_CONTENDED_RETRY, self.retry_in or FLOW_CONTENDED_RETRY)
-        scope = tuple(queues) if queues else None
-        if not result.jobs and not result.held and after is None and result.cursor is None:
-            # Conclusive: its look at the jobs index went from the first key to the last (a
-            # claim that started after a cursor did not see the keys before it), and no key
-            # thought busy had a due job.
-            self._fair_none_at[scope] = asyncio.get_running_loop().time()
-        else:
-            self._fair_none_at.pop(scope, None)
+            # Keys thought busy had no due job (now idle): the next keys may have some, so claim
+            # again at once. Each such claim retires the keys it probed, so this ends. (It was
+            # 50 ms: when many keys run out together, as a drain's do at its end, the worker
+            # idled 50 ms per 20 keys, 2.5 s of a 6 s drain over 1,000 keys.)
+            self.retry_in = 0.0
+        now = asyncio.get_running_loop().time()
+        pacing.claimed(_scope(queues), scanned=scans, limit=limit, result=result, now=now)
         return result.jobs
 
     async def _claim_plain(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
@@ -339,3 +320,7 @@ class Claimer:
             )
             return False
         return True
+
+
+def _scope(queues: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(queues) if queues else None

@@ -2,16 +2,17 @@
 race-free): its parameters and its one statement, which also carries the waiting successes.
 
 A worker runs it only when it has a task with a ``fair_key``; otherwise its claim is the plain
-one, unchanged.
+one, unchanged. :class:`FairPacing` decides how often it runs and how much it looks at.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..db import arrays
-from .claim import ClaimedJob, done_params, written_in
+from .claim import ClaimedJob, ClaimResult, done_params, written_in
 
 if TYPE_CHECKING:
     from ..db.queries import Queries
@@ -52,16 +53,88 @@ def fair_params(
     }
 
 
-def sized_statement(template: bytes, limit: int) -> bytes:
+def sized_statement(template: bytes, limit: int, *, scan: bool = True) -> bytes:
     """claim_fair_jobs with its sizes (%(limit)s, %(probe)s, %(scan)s) written in as numbers
-    (:func:`~cronbase.worker.claim.written_in`: so the prepared claim gets a generic plan)."""
+    (:func:`~cronbase.worker.claim.written_in`: so the prepared claim gets a generic plan);
+    without ``scan``, its look at the jobs index is one key, not SCAN_KEYS (its own prepared
+    statement)."""
     probe = max(limit, 1) * PROBE_FACTOR
-    return written_in(template, (("limit", limit), ("probe", probe), ("scan", SCAN_KEYS)))
+    sizes = (("limit", limit), ("probe", probe), ("scan", SCAN_KEYS if scan else 0))
+    return written_in(template, sizes)
 
 
-def fair_statement(queries: Queries, limit: int, queues: Sequence[str] | None) -> bytes:
+def fair_statement(
+    queries: Queries, limit: int, queues: Sequence[str] | None, *, scan: bool = True
+) -> bytes:
     """claim_fair_jobs for a claim of ``limit`` jobs, its sizes written in, or
     claim_fair_jobs_in_queues for a worker of some ``queues`` (run it with
-    :func:`~cronbase.worker.claim.run_claim`; params from :func:`fair_params`)."""
+    :func:`~cronbase.worker.claim.run_claim`; params from :func:`fair_params`); ``scan``: see
+    :class:`FairPacing`."""
     template = queries.claim_fair_jobs_in_queues if queues else queries.claim_fair_jobs
-    return sized_statement(template, limit)
+    return sized_statement(template, limit, scan=scan)
+
+
+Scope = tuple[str, ...] | None
+
+
+class FairPacing:
+    """When a worker's fair claim runs, and when it looks at the jobs index for keys it does not
+    hold busy. Each costs a claim more than its own work: the look (the window, SCAN_KEYS keys
+    of jobs_flow_due_idx after a cursor) was ~40% of a fair claim among 1,000 busy keys, and a
+    fair claim that finds nothing is a second round trip and commit for a worker with plain
+    tasks too (bench/README.md, "Fairness").
+
+    - **The window** is how a key new or back from idle is seen. A claim looks while a pass
+      over the keys is under way (its cursor handed from claim to claim), and a pass starts at
+      the worker's start, at a notification (jobs deferred in its queues), a poll interval
+      (``every``) after the last pass ended, and after a claim the busy keys could not fill.
+      Between passes a claim serves the busy keys: a new key waits for the next pass, which a
+      defer's notification starts at once; a key coming due by time (a delay, a retry) waits
+      up to a poll interval, as a key a claim marked idle beside a defer it could not see yet.
+    - **Resting**, for a worker with plain tasks too: a fair claim that looked from the first
+      key to the last in one window and found no due job, and no busy key, lets the next claims
+      leave the fair claim out (for the same queues) until a notification or a poll interval;
+      the claimer also runs it when the other claims leave a slot free.
+    """
+
+    def __init__(self, *, has_plain: bool, every: float) -> None:
+        self._has_plain = has_plain
+        self._every = every
+        self.after: str | None = None  # where the pass under way goes on (None: its start)
+        self._in_pass = True
+        self._pass_ended_at = -math.inf
+        self._none_at: dict[Scope, float] = {}
+
+    def notified(self) -> None:
+        """Jobs were deferred (or released) in a queue the worker serves: some may be fair."""
+        self._none_at.clear()
+        self._in_pass = True
+
+    def rests(self, scope: Scope, now: float) -> bool:
+        """Whether a claim for ``scope`` (its queues; None: all) may leave the fair claim out."""
+        if not self._has_plain:
+            return False
+        at = self._none_at.get(scope)
+        return at is not None and now - at < self._every
+
+    def scans(self, now: float) -> bool:
+        """Whether the next fair claim looks at the window."""
+        return self._in_pass or now - self._pass_ended_at >= self._every
+
+    def claimed(
+        self, scope: Scope, *, scanned: bool, limit: int, result: ClaimResult, now: float
+    ) -> None:
+        """Note a fair claim of up to ``limit`` jobs, with the window or not."""
+        whole = False
+        if scanned:
+            whole = self.after is None and result.cursor is None
+            self.after = result.cursor
+            self._in_pass = result.cursor is not None
+            if not self._in_pass:
+                self._pass_ended_at = now
+        if len(result.jobs) < limit:
+            self._in_pass = True  # the busy keys could not fill it: look for others
+        if whole and not result.jobs and not result.held:
+            self._none_at[scope] = now
+        else:
+            self._none_at.pop(scope, None)

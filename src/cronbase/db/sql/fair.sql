@@ -32,7 +32,9 @@
 --    handed back in `cursor`; NULL when the window reached the end: start again), from
 --    jobs_flow_due_idx by a skip scan: one probe per key however long its backlog. 'fair:'
 --    sorts before the limited scopes ('key:', 'task:'), so the range holds only fair ones. This
---    is how a key new or back from idle is seen: within (keys / %(scan)s) claims of any worker.
+--    is how a key new or back from idle is seen: within (keys / %(scan)s) claims of a pass over
+--    the keys. Between passes a worker runs this with %(scan)s = 0, one key (worker/fair_claim.py,
+--    FairPacing: the window was ~40% of a claim among 1,000 busy keys).
 -- 2. clock: the virtual time now, the lowest pass of the busy keys (fair_keys_pass_idx). A key
 --    found with no row yet, or idle, starts there (`fresh`): no credit banked while it was idle
 --    (else a returning key would take every slot until it caught up). It wins ties: else the
