@@ -253,7 +253,8 @@ class Claimer:
         # look again soon. A rate held a job back: look again when its window has room.
         retry_in = FLOW_CONTENDED_RETRY if flow.contended else flow.open_in
         if retry_in is not None:
-            self.retry_in = min(retry_in, self.retry_in or retry_in)
+            # Not `self.retry_in or ...`: the fair claim's 0 (claim again at once) must stand.
+            self.retry_in = retry_in if self.retry_in is None else min(retry_in, self.retry_in)
         return flow.result.jobs
 
     async def _refresh(self) -> None:
