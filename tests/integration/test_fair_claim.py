@@ -303,6 +303,37 @@ def test_a_key_whose_jobs_are_not_due_turns_idle_and_comes_back_when_due(
     assert tenants(claim(app, db, 10)) == ["later"]
 
 
+def test_keys_whose_jobs_are_not_due_do_not_take_a_due_key_s_probes(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    # A claim of one job probes two busy keys (PROBE_FACTOR). Keys a and b hold only jobs due in
+    # an hour: found by the window as fresh keys, they won the ties for the probes claim after
+    # claim, and c's due job waited for an hour.
+    @app.task(fair_key="{tenant}")
+    def work(tenant: str, n: int) -> None: ...
+
+    later = work.configure(delay=3600)
+    later.defer_many([{"tenant": t, "n": n} for t in ("a", "b") for n in range(2)])
+    work.defer(tenant="c", n=0)
+    got = [tenants(claim(app, db, 1)) for _ in range(3)]
+    assert ["c"] in got, got
+
+
+def test_a_worker_claims_the_fair_jobs_of_a_task_s_newer_version(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    # A job deferred for version 2 is named `work@2` in a claim's task list, as the plain
+    # claim names it; the fair claim asked for `work` only and never took it.
+    @app.task(fair_key="{tenant}", version=2)
+    def work(tenant: str) -> None: ...
+
+    work.defer(tenant="a")
+    app.run_worker(burst=True, install_signal_handlers=False)
+    assert db.execute("SELECT status, task_version FROM cronbase.jobs_all").fetchall() == [
+        ("succeeded", 2)
+    ]
+
+
 def test_inline_mode_runs_fair_jobs_and_refuses_a_payload_without_the_key() -> None:
     from cronbase.testing import inline
 

@@ -75,9 +75,10 @@ def test_a_plain_backlog_costs_no_fair_claim_per_claim(
     done = db.execute("SELECT count(*) FROM cronbase.jobs_all WHERE status = 'succeeded'")
     assert done.fetchone() == (60,)
     # At most two jobs a claim: thirty plain claims at least. The fair claim runs first (none
-    # due), then rests: again only where a plain claim leaves a slot free (the drain's tail).
+    # due), then rests: again only where a plain claim leaves a slot free (the drain's tail, or
+    # a claim that found one slot of two free). Before, there was one per plain claim.
     assert claims["plain"] >= 30
-    assert claims["fair"] <= 4, claims
+    assert claims["fair"] <= claims["plain"] // 3, claims
 
 
 @pytest.mark.anyio

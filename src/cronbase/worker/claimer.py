@@ -66,6 +66,10 @@ class Claimer:
         # claim is skipped (but for carrying successes) when it has nothing else.
         self._fair = fair_tasks(tasks)
         self._has_plain = len(self._fair) < len(tasks)
+        # As the plain claim names them: a job deferred for version k >= 2 is `name@k`.
+        self._fair_names = claimable_names(
+            {n: t.defaults.version for n, t in tasks.items() if n in self._fair}
+        )
         self._fair_pacing = FairPacing(has_plain=self._has_plain, every=recheck_fair_every)
         # Flow control: the limits this worker's tasks declare, the limited queues it serves
         # (looked up every ``refresh_every`` seconds), where its next flow claim starts its round
@@ -180,12 +184,13 @@ class Claimer:
             return []
         pacing = self._fair_pacing
         scans = pacing.scans(asyncio.get_running_loop().time())
+        news = pacing.notices
         with self._completer.carrying() as carried:
             params = fair_params(
                 done=carried.jobs,
                 limit=limit,
                 worker=self._worker_id,
-                tasks=sorted(self._fair),
+                tasks=self._fair_names,
                 queues=queues,
                 after=pacing.after,
             )
@@ -202,7 +207,13 @@ class Claimer:
             # idled 50 ms per 20 keys, 2.5 s of a 6 s drain over 1,000 keys.)
             self.retry_in = 0.0
         now = asyncio.get_running_loop().time()
-        pacing.claimed(_scope(queues), scanned=scans, limit=limit, result=result, now=now)
+        more = pacing.claimed(
+            _scope(queues), scanned=scans, limit=limit, result=result, now=now, notices=news
+        )
+        if more and not result.jobs:
+            # Its window had no due job but did not reach the last key: the next windows may
+            # (a burst worker would otherwise stop here, with fair jobs due further on).
+            self.retry_in = 0.0
         return result.jobs
 
     async def _claim_plain(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:

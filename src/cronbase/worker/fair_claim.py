@@ -104,9 +104,16 @@ class FairPacing:
         self._in_pass = True
         self._pass_ended_at = -math.inf
         self._none_at: dict[Scope, float] = {}
+        # Notifications so far, and how many there were when the pass under way began: one
+        # that comes while a claim is in flight or a pass is under way (behind its cursor)
+        # must not be answered by that claim or pass.
+        self.notices = 0
+        self._pass_began_at_notice = 0
 
     def notified(self) -> None:
-        """Jobs were deferred (or released) in a queue the worker serves: some may be fair."""
+        """Jobs were deferred (or released) in a queue the worker serves, or the listener
+        reconnected (notifications may have been missed): some may be fair."""
+        self.notices += 1
         self._none_at.clear()
         self._in_pass = True
 
@@ -122,19 +129,34 @@ class FairPacing:
         return self._in_pass or now - self._pass_ended_at >= self._every
 
     def claimed(
-        self, scope: Scope, *, scanned: bool, limit: int, result: ClaimResult, now: float
-    ) -> None:
-        """Note a fair claim of up to ``limit`` jobs, with the window or not."""
+        self,
+        scope: Scope,
+        *,
+        scanned: bool,
+        limit: int,
+        result: ClaimResult,
+        now: float,
+        notices: int,
+    ) -> bool:
+        """Note a fair claim of up to ``limit`` jobs, with the window or not, begun when
+        ``notices`` notifications had come; whether its window stopped short of the last key
+        (the pass goes on from there)."""
+        news = self.notices != notices  # a notification came while it was in flight
         whole = False
         if scanned:
+            if self.after is None:
+                self._pass_began_at_notice = notices
             whole = self.after is None and result.cursor is None
             self.after = result.cursor
-            self._in_pass = result.cursor is not None
-            if not self._in_pass:
+            # A pass that ended goes round again when a notification came since it began: a
+            # key deferred then may sort before the cursor's last place.
+            self._in_pass = result.cursor is not None or self.notices != self._pass_began_at_notice
+            if result.cursor is None:
                 self._pass_ended_at = now
-        if len(result.jobs) < limit:
+        if len(result.jobs) < limit or news:
             self._in_pass = True  # the busy keys could not fill it: look for others
-        if whole and not result.jobs and not result.held:
+        if whole and not result.jobs and not result.held and not news:
             self._none_at[scope] = now
         else:
             self._none_at.pop(scope, None)
+        return scanned and result.cursor is not None

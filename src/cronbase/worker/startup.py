@@ -125,7 +125,7 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         lambda: self.db.connect_listener(f"cronbase-listener {self.id}"),
         self.db.channel,
         self._on_notify,
-        self._wake.set,
+        self._on_listener_reconnect,
     )
     if not o.burst and self.db.listen_url is not None:
         helpers["listen"] = self.notifier.run()

@@ -341,6 +341,11 @@ class Worker:
             self._claimer.fair_jobs_may_be_new()
             self._wake.set()
 
+    def _on_listener_reconnect(self) -> None:
+        # Notifications sent while the listener was away are lost: look as if one came.
+        self._claimer.fair_jobs_may_be_new()
+        self._wake.set()
+
     def _on_timeout(self, job: ClaimedJob, note: str) -> None:
         logger.warning(
             "job %d (%s) attempt %d: past its timeout; %s",

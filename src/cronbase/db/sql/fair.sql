@@ -45,7 +45,7 @@
 --    runs claim_fair_jobs_in_queues, this text with the tests at /* in_fair_queues */ filled in,
 --    and a worker of all queues this one, without them; db/queries.py renders both; with the test
 --    always present the generic plan read and sorted every busy key, 0.24 ms a claim at 1,000
---    keys) and the fresh keys found, in that order, each probed for a due job of
+--    keys) and the fresh keys found, each probed for a due job of
 --    this worker's tasks and queues (fair_due_jobs; one index probe: a scalar sub-select with
 --    ORDER BY and LIMIT 1; EXISTS became a semi-join hashing every waiting job, 12 ms at
 --    20,000 jobs).
@@ -83,9 +83,11 @@ WITH RECURSIVE /* include: complete_jobs */, found(k, n) AS (
     CROSS JOIN clock c LEFT JOIN {schema}.fair_keys k ON k.scope = x.scope
     WHERE k.is_idle IS NOT FALSE /* in_fair_queues */
 ), probed AS MATERIALIZED (
+    -- Every candidate: at most %(probe)s busy keys and %(scan)s fresh ones. A common limit let
+    -- fresh keys whose jobs are not due yet (they win ties) take every probe, claim after claim,
+    -- while a busy key's due jobs waited.
     SELECT k.*, (/* include: fair_due_jobs */ LIMIT 1) IS NOT NULL AS is_due
-    FROM (SELECT * FROM candidates ORDER BY pass + 1 / weight, fresh DESC, scope
-          LIMIT %(probe)s) k
+    FROM candidates k
 ), served AS MATERIALIZED (
     SELECT scope, weight, pass, fresh FROM probed WHERE is_due
     ORDER BY pass + 1 / weight, fresh DESC, scope
