@@ -42,6 +42,7 @@ from .operations.jobs import Bulk
 from .operations.queues import QueueState
 from .operations.retention import Retention
 from .operations.stats import Overview, TaskStats, UnservedJobs
+from .records import UndecodableJSON
 from .retry import Backoff
 from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
@@ -99,6 +100,7 @@ __all__ = [
     "Task",
     "TaskOptions",
     "TaskStats",
+    "UndecodableJSON",
     "UnknownTaskError",
     "UnservedJobs",
     "UsageError",

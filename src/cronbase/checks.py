@@ -5,7 +5,8 @@ a database error, or a job no worker can serve.
 Names: 1 to 100 characters of letters, digits, ``_ - . :``, starting with a letter, a digit or
 ``_`` (``emails``, ``billing.send_invoice``, ``tenant-7:reports``). Keys (idempotency, dedupe,
 effect, schedule): any text but NUL, up to 1,000 characters. Payloads: at most
-``max_payload_bytes`` of JSON (default 1 MiB; ``App(max_payload_bytes=...)``).
+``max_payload_bytes`` of JSON (default 1 MiB; ``App(max_payload_bytes=...)``), nested at most
+``MAX_JSON_DEPTH`` arrays and objects deep (``payload/stored.py`` applies it to stored JSON).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ MAX_KEY_LENGTH = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # A handler's return value, stored with its job (App(max_result_bytes=...)).
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+# The deepest nesting of arrays and objects cronbase stores (a payload, a result) or reads back
+# as values: the payload object is level 1. Python's json and the checks and converters recurse
+# per level, a few frames each, within the interpreter's 1,000 (shared with the caller's stack: a
+# web request may be 100 frames deep already); a payload 900 deep failed the checks with a
+# RecursionError. Real payloads nest a handful of levels (Ruby's JSON stops at 100, serde_json
+# at 128).
+MAX_JSON_DEPTH = 100
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]*")
 _SHOWN = 60  # characters of a bad value a message shows
 

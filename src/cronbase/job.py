@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
-from .records import Record
+from .records import Record, UndecodableJSON, json_value
 
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 Payload: TypeAlias = dict[str, JSONValue]
@@ -124,12 +124,13 @@ def next_state(
 @dataclass(frozen=True)
 class Job(Record):
     """A snapshot of one row of cronbase.jobs; ``to_json``: datetimes as ISO 8601, the lease in
-    seconds."""
+    seconds. ``payload``, ``result`` and ``metadata`` are an :class:`UndecodableJSON` when the
+    row holds JSON cronbase does not read (deeper than MAX_JSON_DEPTH: other SQL wrote it)."""
 
     id: int
     task: str
     queue: str
-    payload: Payload
+    payload: Payload | UndecodableJSON
     status: JobStatus
     priority: int
     run_at: datetime
@@ -150,9 +151,9 @@ class Job(Record):
     updated_at: datetime
     finished_at: datetime | None
     # What integrations stored beside the payload (a trace context); None when nothing.
-    metadata: dict[str, JSONValue] | None = None
+    metadata: dict[str, JSONValue] | UndecodableJSON | None = None
     # What the handler returned (JSON), once it succeeded; None when it returned None.
-    result: JSONValue = None
+    result: JSONValue | UndecodableJSON = None
     # How many times the handler raised Snooze (each put the job back, attempt not counted).
     snoozes: int = 0
     # A pending job's parents that have not succeeded yet (configure(after=...), workflows).
@@ -175,6 +176,12 @@ class Job(Record):
         return cls(**values)
 
     @property
+    def current_error(self) -> str | None:
+        """The error that left the job where it is, for views: ``last_error``, but None once it
+        succeeded (``last_error`` then is an earlier attempt's; :class:`JobAttempt` keeps each)."""
+        return None if self.status is JobStatus.SUCCEEDED else self.last_error
+
+    @property
     def priority_label(self) -> str:
         """``100``, or ``40 (aged from 100)`` once priority aging raised it (jobs show, the
         dashboard's job page)."""
@@ -190,7 +197,7 @@ class GraphJob:
     id: int
     task: str
     status: JobStatus
-    result: JSONValue
+    result: JSONValue | UndecodableJSON
     parents: list[int]
     parents_left: int
     last_error: str | None
@@ -266,7 +273,7 @@ class JobGraph:
                     "id": j.id,
                     "task": j.task,
                     "status": j.status.value,
-                    "result": j.result,
+                    "result": json_value(j.result),
                     "parents": list[JSONValue](j.parents),
                     "parents_left": j.parents_left,
                     "last_error": j.last_error,

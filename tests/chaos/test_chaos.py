@@ -162,7 +162,7 @@ def test_schedulers_killed_in_a_loop_fire_each_slot_once(open_scenario: OpenScen
 
 
 POISON = {
-    # Python's JSON decoder recurses per level: RecursionError, when the row is claimed.
+    # Deeper than MAX_JSON_DEPTH (Python's JSON decoder recurses per level): dead at its claim.
     "deep": ("work", "'{\"x\": ' || repeat('[', 10000) || repeat(']', 10000) || '}'"),
     # More than 4,300 digits Python refuses to turn into an int: ValueError.
     "digits": ("work", "'{\"n\": ' || repeat('9', 5001) || '}'"),
@@ -172,7 +172,7 @@ POISON = {
     "unregistered": ("not_registered_here", "'{}'"),
 }
 REASONS = {
-    "deep": ["cannot be decoded", "RecursionError"],
+    "deep": ["cannot be decoded", "nested deeper than 100 levels"],
     "digits": ["cannot be decoded", "ValueError"],
     "array": ["must be a JSON object"],
 }

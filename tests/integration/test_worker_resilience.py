@@ -17,7 +17,7 @@ from tests.conftest import wait_for
 from tests.e2e.harness import eventually, running_worker
 
 POISON = {
-    # Python's JSON decoder recurses per level: RecursionError.
+    # Deeper than MAX_JSON_DEPTH (Python's JSON decoder recurses per level: RecursionError).
     "deep": "'{\"x\": ' || repeat('[', 10000) || repeat(']', 10000) || '}'",
     # Python refuses to turn more than 4,300 digits into an int: ValueError.
     "digits": "'{\"n\": ' || repeat('9', 5001) || '}'",
@@ -67,7 +67,7 @@ def test_undecodable_rows_die_alone_and_their_batch_mates_run(
         assert (status, attempts) == ("dead", 1), name
         assert error is not None
         assert f"job {job_id} (task 'work') cannot be decoded" in error, error
-    assert "RecursionError" in (job_state(db, poison["deep"])[2] or "")
+    assert "nested deeper than 100 levels" in (job_state(db, poison["deep"])[2] or "")
     assert "ValueError" in (job_state(db, poison["digits"])[2] or "")
 
 

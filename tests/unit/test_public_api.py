@@ -55,6 +55,7 @@ EXPECTED = [
     "Task",
     "TaskOptions",
     "TaskStats",
+    "UndecodableJSON",
     "UnknownTaskError",
     "UnservedJobs",
     "UsageError",

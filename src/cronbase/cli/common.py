@@ -25,9 +25,11 @@ from ..checks import INT4_MAX as INT4_MAX
 from ..db import pool
 from ..durations import duration_text as duration_text
 from ..durations import parse_span
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PayloadError
 from ..job import JobStatus, Payload
 from ..payload.encode import short
+from ..payload.stored import loads_incoming
+from ..records import UndecodableJSON
 
 logger = logging.getLogger("cronbase")
 
@@ -52,9 +54,22 @@ def status_text(status: JobStatus) -> Text:
     return Text(status.value, style=STATUS_STYLES[status])
 
 
-def payload_text(payload: Payload) -> Text:
+def payload_text(payload: Payload | UndecodableJSON) -> Text:
     """A payload as ``key=value`` pairs: shorter than JSON in a table cell."""
+    if isinstance(payload, UndecodableJSON):
+        return undecodable_text(payload)
     return Text(" ".join(f"{k}={json.dumps(v)}" for k, v in payload.items()))
+
+
+def json_text(value: object) -> Text:
+    """A stored JSON value (a payload, a result) as one line of JSON, or marked undecodable."""
+    if isinstance(value, UndecodableJSON):
+        return undecodable_text(value)
+    return Text(json.dumps(value))
+
+
+def undecodable_text(value: UndecodableJSON) -> Text:
+    return Text(str(value), style="bold red")
 
 
 # Columns for tables when stdout is no terminal (a pipe, a file) and COLUMNS is unset: wide
@@ -231,11 +246,15 @@ _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a num
 
 def parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> Payload:
     """The --payload option: a JSON object, the task's arguments by name; inline, or read from a
-    file (``@payload.json``) or stdin (``-``) when it is too long for a command line (~128 KB)."""
+    file (``@payload.json``) or stdin (``-``) when it is too long for a command line (~128 KB).
+    Read by the rule stored JSON follows (payload/stored.py): no deeper than MAX_JSON_DEPTH, and
+    each key once."""
     text, shown = _payload_text(value)
     try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
+        parsed = loads_incoming(text)
+    except PayloadError as exc:
+        raise click.BadParameter(f"{shown} {exc}") from None
+    except ValueError as exc:  # JSONDecodeError; a number of over 4,300 digits
         raise click.BadParameter(f"{shown} is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         kind = "null" if parsed is None else _JSON_KINDS.get(type(parsed), "a number")

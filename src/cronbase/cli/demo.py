@@ -204,7 +204,7 @@ CELLS: dict[str, Callable[[Job], RenderableType]] = {
     "attempts": lambda job: str(job.attempts),
     "progress": progress_cell,
     "stage": lambda job: Text(job.stage or ""),
-    "last error": lambda job: Text(job.last_error or "", style="red"),
+    "last error": lambda job: Text(job.current_error or "", style="red"),
 }
 
 

@@ -18,6 +18,7 @@ from .common import (
     Settings,
     cli_actor,
     console,
+    json_text,
     listed,
     relative,
     status_text,
@@ -84,7 +85,7 @@ def jobs_table(found: Sequence[Job], title: str | None = None) -> Table:
             relative(job.run_at, now),
             when(job.run_at) if job.run_at.year != 9999 else "",
             relative(job.finished_at, now),
-            Text(job.last_error or "", style="red"),
+            Text(job.current_error or "", style="red"),
         )
     return table
 
@@ -137,7 +138,7 @@ def graph_text(graph: JobGraph, current: int) -> Text:
             if job.status is JobStatus.PENDING:
                 text.append(f" (waits for {job.parents_left} of {len(job.parents)})")
             if job.result is not None:
-                text.append(" -> " + _short(json.dumps(job.result)))
+                text.append(" -> " + _short(json_text(job.result).plain))
             elif job.last_error and job.status is not JobStatus.SUCCEEDED:
                 text.append(" " + _short(job.last_error), style="red")
     return text
@@ -163,8 +164,8 @@ def job_details(job: Job) -> Table:
             + (f", snoozed {job.snoozes} times" if job.snoozes else ""),
         ),
         ("priority", job.priority_label),
-        ("payload", Text(json.dumps(job.payload))),
-        ("result", Text("" if job.result is None else json.dumps(job.result))),
+        ("payload", json_text(job.payload)),
+        ("result", "" if job.result is None else json_text(job.result)),
         ("run at", when(job.run_at)),
         ("created at", when(job.created_at)),
         ("started at", when(job.started_at)),
@@ -176,7 +177,7 @@ def job_details(job: Job) -> Table:
         ("progress", "" if job.progress is None else f"{job.progress:.0f}%"),
         ("stage", Text(job.stage or "")),
         ("waiting for", Text(f"event {job.waiting_for}" if job.waiting_for else "")),
-        ("last error", Text(job.last_error or "", style="red")),
+        ("last error", Text(job.current_error or "", style="red")),
     ]
     for name, value in rows:
         if value:

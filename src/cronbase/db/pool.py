@@ -1,5 +1,5 @@
 """The only module that creates connections: URL resolution and checks, connection options,
-and psycopg pools that survive a server restart."""
+psycopg pools that survive a server restart, and how every connection reads json and jsonb."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.abc import AdaptContext
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import DatabaseURLError
+from ..payload.stored import read_stored
 
 logger = logging.getLogger("cronbase")
 
@@ -157,14 +160,28 @@ def connection_kwargs(
     return bare, kwargs
 
 
+def read_json_tolerantly(context: AdaptContext) -> None:
+    """Make ``context`` (a connection, a cursor) read json and jsonb columns by payload/stored.py's
+    rule: a value nested deeper than MAX_JSON_DEPTH, or one Python's json cannot read, is an
+    UndecodableJSON. With psycopg's json.loads, one such row (written by other SQL) failed the
+    whole statement with a RecursionError: every list that held it, every action on it."""
+    set_json_loads(read_stored, context)
+
+
+async def _read_json_tolerantly(conn: psycopg.AsyncConnection[Any]) -> None:
+    read_json_tolerantly(conn)
+
+
 def connect(url: str, *, application_name: str = "cronbase", **options: Any) -> psycopg.Connection:
     """One sync connection; errors name the (masked) URL."""
     check_url(url)
     bare, kwargs = connection_kwargs(url, application_name, **options)
     try:
-        return psycopg.connect(bare, **kwargs)
+        conn = psycopg.connect(bare, **kwargs)
     except psycopg.OperationalError as exc:
         raise unreachable(url, exc) from None
+    read_json_tolerantly(conn)
+    return conn
 
 
 async def connect_async(
@@ -174,9 +191,11 @@ async def connect_async(
     check_url(url)
     bare, kwargs = connection_kwargs(url, application_name, **options)
     try:
-        return await psycopg.AsyncConnection.connect(bare, **kwargs)
+        conn = await psycopg.AsyncConnection.connect(bare, **kwargs)
     except psycopg.OperationalError as exc:
         raise unreachable(url, exc) from None
+    read_json_tolerantly(conn)
+    return conn
 
 
 # SQLSTATEs of a connection the server ended: admin shutdown, crash shutdown, cannot connect now.
@@ -244,7 +263,11 @@ def _retrying(pool: ConnectionPool | AsyncConnectionPool) -> bool:
     seconds after its primary died)."""
     waiting = bool(_waiting(pool))
     then = "retrying for waiting callers" if waiting else "the next request tries again"
-    logger.warning("pool %s: cannot reach the database yet; %s", pool.name, then)
+    # Debug, on a logger of its own: the outage's one line says the database is away
+    # (outage.py); this is for whoever watches the pools themselves (the failover test).
+    logging.getLogger("cronbase.pool").debug(
+        "pool %s: cannot reach the database yet; %s", pool.name, then
+    )
     return waiting
 
 
@@ -263,7 +286,16 @@ def new_pool(
 ) -> ConnectionPool:
     """A sync pool, not yet open, of autocommit connections checked when taken."""
     return _new(
-        ConnectionPool, _sync_check, _gave_up, url, name, min_size, max_size, timeout, options
+        ConnectionPool,
+        _sync_check,
+        _gave_up,
+        read_json_tolerantly,
+        url,
+        name,
+        min_size,
+        max_size,
+        timeout,
+        options,
     )
 
 
@@ -275,6 +307,7 @@ def new_async_pool(
         AsyncConnectionPool,
         _async_check,
         _async_gave_up,
+        _read_json_tolerantly,
         url,
         name,
         min_size,
@@ -291,6 +324,7 @@ def _new(
     kind: type[PoolT],
     check: Callable[[list[PoolT]], Any],
     gave_up: Callable[[PoolT], Any],
+    configure: Callable[[Any], Any],
     url: str,
     name: str,
     min_size: int,
@@ -310,6 +344,7 @@ def _new(
         open=False,
         timeout=timeout,
         check=check(holder),
+        configure=configure,
         reconnect_timeout=RECONNECT_TIMEOUT_SECONDS,
         reconnect_failed=gave_up,
     )

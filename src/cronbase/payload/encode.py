@@ -3,7 +3,8 @@
 JSON's own types go as they are (the fast path); ``datetime``, ``date``, ``time``, ``timedelta``,
 ``UUID``, ``Decimal``, ``Enum``, dataclasses and pydantic models are written as JSON that
 ``convert.py`` turns back into the handler's annotated types. Anything else is refused, naming
-where it is: ``payload['items'][3]['when']``. Times are ISO 8601, which has UTC offsets but no
+where it is: ``payload['items'][3]['when']``, and so is nesting deeper than ``MAX_JSON_DEPTH``
+(the rule stored JSON is read by: stored.py). Times are ISO 8601, which has UTC offsets but no
 zone names: a datetime in ``ZoneInfo("Europe/Berlin")`` comes back at the same instant with a
 fixed offset (``+01:00``), and a ``time`` in such a zone, which has no offset, is refused.
 """
@@ -22,7 +23,7 @@ from decimal import Decimal
 from typing import Any, cast
 from uuid import UUID
 
-from ..checks import DEFAULT_MAX_PAYLOAD_BYTES
+from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, MAX_JSON_DEPTH
 from ..errors import CronbaseError, PayloadError, ResultError
 
 # App(json_dumps=...): a payload that passed cronbase's checks, as JSON's own types -> JSON text
@@ -32,6 +33,7 @@ JSONDumps = Callable[[dict[str, Any]], str | bytes]
 JSONLoads = Callable[[str], object]
 
 _REPR_LIMIT = 60  # characters of a bad value shown in a message
+_PATH_SHOWN = 8  # steps of a path a message shows whole; a longer one is cut in the middle
 _TYPES = (
     "JSON values, datetime, date, time, timedelta, UUID, Decimal, Enum, dataclass, pydantic model"
 )
@@ -57,7 +59,17 @@ class _BadValue(Exception):
         return self
 
     def describe(self) -> str:
-        return "payload" + "".join(reversed(self.path)) + " " + self.why
+        steps = list(reversed(self.path))
+        if len(steps) > _PATH_SHOWN:  # a path 100 levels deep would fill a screen
+            steps = [*steps[:4], f"[…{len(steps) - 6} more…]", *steps[-2:]]
+        return "payload" + "".join(steps) + " " + self.why
+
+
+def _too_deep() -> _BadValue:
+    return _BadValue(
+        f"is nested deeper than {MAX_JSON_DEPTH} levels, the most cronbase stores; flatten it, "
+        "or store the data elsewhere and pass its key"
+    )
 
 
 class _Rich(Exception):
@@ -102,6 +114,8 @@ def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
     elif isinstance(value, dict):
         if id(value) in parents:
             raise _BadValue("contains itself")
+        if len(parents) >= MAX_JSON_DEPTH:  # the payload itself is level 1
+            raise _too_deep()
         inner = (*parents, id(value))
         for key, item in value.items():
             if type(key) is str and key.isascii() and "\x00" not in key and type(item) in _PLAIN:
@@ -120,6 +134,8 @@ def _check_value(value: object, parents: tuple[int, ...] = ()) -> None:
     elif isinstance(value, list | tuple):
         if id(value) in parents:
             raise _BadValue("contains itself")
+        if len(parents) >= MAX_JSON_DEPTH:
+            raise _too_deep()
         inner = (*parents, id(value))
         for index, item in enumerate(value):
             if type(item) in _PLAIN:
@@ -150,6 +166,8 @@ def to_plain(value: object, parents: tuple[int, ...] = ()) -> object:
     if isinstance(value, dict | list | tuple) or _is_dataclass(value):
         if id(value) in parents:
             raise _BadValue("contains itself")
+        if len(parents) >= MAX_JSON_DEPTH:
+            raise _too_deep()
         inner = (*parents, id(value))
         if isinstance(value, list | tuple):
             return [_step(item, inner, f"[{index}]") for index, item in enumerate(value)]
@@ -164,11 +182,17 @@ def to_plain(value: object, parents: tuple[int, ...] = ()) -> object:
     return _scalar(value, parents)
 
 
+# An argument's parents in stored_form: the payload object, one level above it (kept alive, so
+# that no value's id can be this one's).
+_PAYLOAD = object()
+_IN_PAYLOAD = (id(_PAYLOAD),)
+
+
 def stored_form(task: str, name: str, value: object) -> object:
     """Argument ``name``'s value as :func:`encode_payload` will store it (JSON's own types), for a
     defer to check what the worker will get; PayloadError as encode_payload would raise it."""
     try:
-        return to_plain(value)
+        return to_plain(value, _IN_PAYLOAD)
     except _BadValue as exc:
         raise _unstorable(task, exc.at(f"[{name!r}]")) from None
     except (TypeError, ValueError, RecursionError) as exc:

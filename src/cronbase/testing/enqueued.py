@@ -128,9 +128,10 @@ class _Select:
             return False
         if self.statuses is not None and job.status not in self.statuses:
             return False
+        # An undecodable payload (other SQL wrote it) holds no key.
+        stored = job.payload if isinstance(job.payload, dict) else {}
         return all(
-            key in job.payload and _same(job.payload[key], value)
-            for key, value in self.subset.items()
+            key in stored and _same(stored[key], value) for key, value in self.subset.items()
         )
 
 

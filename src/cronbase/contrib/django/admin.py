@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 
 from ...job import JobStatus
 from ...operations.stats import LIVE_WITHIN
+from ...records import UndecodableJSON
 from . import operator_actions
 from .config import configured
 from .models import AuditEntry, Job, JobAttempt, Schedule, Worker
@@ -40,8 +41,15 @@ STATUS_COLOURS = {
 JSON_SHOWN = 4000  # characters of a payload or result on the job's page
 
 
+def _json_text(value: Any, **options: Any) -> str:
+    """A stored JSON value as JSON text, or marked undecodable (its start: payload/stored.py)."""
+    if isinstance(value, UndecodableJSON):
+        return str(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, **options)
+
+
 def _pretty_json(value: Any, limit: int = JSON_SHOWN) -> str:
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    text = _json_text(value, indent=2)
     if len(text) > limit:
         text = text[:limit] + "\n…"
     return format_html('<pre class="cronbase-json">{}</pre>', text)
@@ -157,7 +165,7 @@ class JobAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        ("Last error", {"fields": ("error_type", "last_error")}),
+        ("Last error", {"fields": ("error_type_shown", "last_error_shown")}),
         ("Keys", {"fields": ("idempotency_key", "dedupe_key", "workflow_id")}),
     )
     # Every field the page shows, and none of them editable.
@@ -203,7 +211,7 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="payload")
     def payload_preview(self, job: Job) -> str:
-        text = json.dumps(job.payload, sort_keys=True, ensure_ascii=False)
+        text = _json_text(job.payload)
         return text if len(text) <= 80 else text[:79] + "…"
 
     @admin.display(description="payload")
@@ -213,6 +221,16 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.display(description="result")
     def result_shown(self, job: Job) -> str:
         return "-" if job.result is None else _pretty_json(job.result)
+
+    # A succeeded job's last_error and error_type are an earlier attempt's: not its error (the
+    # attempts below show each attempt's).
+    @admin.display(description="error type")
+    def error_type_shown(self, job: Job) -> str | None:
+        return None if job.status == JobStatus.SUCCEEDED else job.error_type
+
+    @admin.display(description="last error")
+    def last_error_shown(self, job: Job) -> str | None:
+        return None if job.status == JobStatus.SUCCEEDED else job.last_error
 
     @admin.display(description="progress")
     def stage_shown(self, job: Job) -> str:
@@ -371,7 +389,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="detail")
     def detail_shown(self, entry: AuditEntry) -> str:
-        return json.dumps(entry.detail, sort_keys=True)
+        return _json_text(entry.detail)
 
 
 if configured()[0].alias is not None:

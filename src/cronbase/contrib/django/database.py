@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import JsonbLoader, JsonLoader
 
 from ...db.database import Database, Params, Row
+from ...db.pool import read_json_tolerantly
 
 ConnectionSource = Callable[[], "psycopg.Connection[Any] | None"]
 
@@ -46,8 +46,7 @@ class DjangoDatabase(Database):
         with conn.cursor(row_factory=dict_row) as cur:
             # Django's connection loads jsonb as text (its JSONField decodes it): this cursor's
             # own adapters (a copy of the connection's) load it as cronbase's pool does.
-            cur.adapters.register_loader("jsonb", JsonbLoader)
-            cur.adapters.register_loader("json", JsonLoader)
+            read_json_tolerantly(cur)
             cur.execute(query, params)
             return cur.fetchall() if cur.description else []
 

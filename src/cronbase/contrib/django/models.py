@@ -14,8 +14,25 @@ from typing import Any, ClassVar
 from django.db import models
 
 from ...job import JobStatus
+from ...payload.stored import read_stored
 
 STATUS_CHOICES = [(status.value, status.value) for status in JobStatus]
+
+
+class StoredJSON(models.JSONField):  # type: ignore[misc]
+    """A jsonb column read by cronbase's rule (payload/stored.py): a value nested deeper than
+    MAX_JSON_DEPTH, or one Python's json cannot read, is an UndecodableJSON. Django's json.loads
+    raised a RecursionError for a row other SQL wrote 10,000 deep, and the whole list failed."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        if isinstance(value, str):  # Django's psycopg backend reads jsonb as text
+            return read_stored(value)
+        return super().from_db_value(value, expression, connection)
+
+    def deconstruct(self) -> tuple[Any, str, Any, Any]:
+        name, _, args, kwargs = super().deconstruct()
+        # As Django's own field to migrations: the same jsonb column, nothing to migrate.
+        return name, "django.db.models.JSONField", args, kwargs
 
 
 class TextArray(models.Field):  # type: ignore[misc]
@@ -42,7 +59,7 @@ class Job(CronbaseTable):
     id = models.BigAutoField(primary_key=True)
     task = models.TextField()
     queue = models.TextField()
-    payload = models.JSONField()
+    payload = StoredJSON()
     status = models.TextField(choices=STATUS_CHOICES)
     priority = models.SmallIntegerField(help_text="Lower runs first.")
     run_at = models.DateTimeField("run at")
@@ -61,7 +78,7 @@ class Job(CronbaseTable):
     created_at = models.DateTimeField("enqueued")
     updated_at = models.DateTimeField("updated")
     finished_at = models.DateTimeField("finished", null=True)
-    result = models.JSONField(null=True)
+    result = StoredJSON(null=True)
     snoozes = models.IntegerField()
     workflow_id = models.BigIntegerField("workflow", null=True)
 
@@ -103,7 +120,7 @@ class JobAttempt(CronbaseTable):
 class Schedule(CronbaseTable):
     key = models.TextField(primary_key=True)
     task = models.TextField()
-    payload = models.JSONField()
+    payload = StoredJSON()
     queue = models.TextField(null=True)
     cron = models.TextField()
     tz = models.TextField("time zone")
@@ -142,7 +159,7 @@ class AuditEntry(CronbaseTable):
     actor = models.TextField()
     action = models.TextField()
     target = models.TextField()
-    detail = models.JSONField()
+    detail = StoredJSON()
 
     class Meta(CronbaseTable.Meta):
         db_table = '"cronbase"."audit_log"'

@@ -118,7 +118,9 @@ def build_result(task: Any, job: Job, attempts: Sequence[JobAttempt], alias: str
     started = [a.started_at for a in attempts if a.started_at is not None]
     if job.started_at is not None and job.status is JobStatus.RUNNING:
         started.append(job.started_at)
-    args, kwargs = from_payload(task.func, task.takes_context, job.payload)
+    # A payload other SQL wrote too deep to read gives no arguments; the attempt's error says why.
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    args, kwargs = from_payload(task.func, task.takes_context, payload)
     result = api.TaskResult(
         task=result_task(task, job, alias),
         id=str(job.id),
