@@ -15,7 +15,6 @@ from .checks import check_name
 from .db.database import Database, DatabaseOptions
 from .db.queries import Queries
 from .durations import DurationLike, duration
-from .effects import Effects
 from .enqueue.options import TaskDefaults, TaskOptions
 from .errors import ConfigurationError, PayloadError
 from .hooks import Hooks, JobEndHook, JobMiddleware, JobStartHook
@@ -24,6 +23,7 @@ from .operations.audit import Audit
 from .operations.fleet import WorkerInfo, workers, workers_async
 from .operations.grants import Grants
 from .operations.jobs import Jobs
+from .operations.ledger import Ledger
 from .operations.queues import Queues
 from .operations.schedules import Schedules
 from .operations.stats import (
@@ -74,7 +74,7 @@ class App:
     def _bind_services(self) -> None:
         self.jobs = Jobs(self.db)
         self.schedules = Schedules(self.db, self.tasks)
-        self.effects = Effects(self.db)
+        self.effects = Ledger(self.db)
         self.events = Events(self.db, self.hooks)
         self.queues = Queues(self.db)
         self.audit = Audit(self.db)
@@ -296,7 +296,7 @@ class App:
         return await workers_async(self.db)
 
     def unserved_jobs(self) -> list[UnservedJobs]:
-        """Due jobs, by task and queue, that no live worker will claim (none registers the task)."""
+        """Due jobs, by task and queue, that no live worker will claim, and why (``reason``)."""
         return unserved_jobs(self.db)
 
     def migrate(self, *, force: bool = False) -> list[str]:

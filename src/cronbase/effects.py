@@ -188,7 +188,8 @@ def _finish_params(effect: Effect, error: BaseException | None) -> dict[str, Any
             "error": message}  # fmt: skip
 
 
-def _record(row: Mapping[str, Any] | None, key: str) -> EffectRecord:
+def found_record(row: Mapping[str, Any] | None, key: str) -> EffectRecord:
+    """The record of effect ``key``'s row; EffectNotFoundError when there is none."""
     if row is None:
         raise EffectNotFoundError(key)
     return EffectRecord.from_row(row)
@@ -259,7 +260,8 @@ def _entering(
 
 
 class Effects:
-    """``app.effects``: ``once`` / ``once_async``, and ``get``, ``list``, ``forget``."""
+    """The ledger as handlers use it: ``once`` / ``once_async``, and ``get``, ``list``
+    (``app.effects`` adds the operator's ``forget``: operations/ledger.py)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -323,17 +325,13 @@ class Effects:
             raise _lost(effect)
 
     def get(self, key: str) -> EffectRecord:
-        return _record(self.db.fetch_one(self.db.queries.get_effect, {"key": key}), key)
+        return found_record(self.db.fetch_one(self.db.queries.get_effect, {"key": key}), key)
 
     def list(self, status: EffectStatus | None = None, limit: int = 100) -> list[EffectRecord]:
         """Effects, most recently changed first."""
         params = _list_params(status, limit)
         rows = self.db.fetch_all(self.db.queries.list_effects, params)
         return [EffectRecord.from_row(r) for r in rows]
-
-    def forget(self, key: str) -> EffectRecord:
-        """Delete the effect's row, so it can happen again (an operator's decision)."""
-        return _record(self.db.fetch_one(self.db.queries.forget_effect, {"key": key}), key)
 
     # -- async -----------------------------------------------------------------------------------
 
@@ -379,7 +377,7 @@ class Effects:
 
     async def get_async(self, key: str) -> EffectRecord:
         row = await self.db.fetch_one_async(self.db.queries.get_effect, {"key": key})
-        return _record(row, key)
+        return found_record(row, key)
 
     async def list_async(
         self, status: EffectStatus | None = None, limit: int = 100
@@ -387,7 +385,3 @@ class Effects:
         params = _list_params(status, limit)
         rows = await self.db.fetch_all_async(self.db.queries.list_effects, params)
         return [EffectRecord.from_row(r) for r in rows]
-
-    async def forget_async(self, key: str) -> EffectRecord:
-        row = await self.db.fetch_one_async(self.db.queries.forget_effect, {"key": key})
-        return _record(row, key)

@@ -164,6 +164,7 @@ def test_schedules_show_their_zone_and_pause_and_resume(
     expect(row).to_contain_text(re.compile(r"08:00 CES?T"))
     assert not test_app.schedules.get("weekly:sales").is_paused
     assert audit_rows(db) == [
+        ("api", "schedule.add", "schedule:weekly:sales"),  # test_app's, above
         (LOOPBACK_ACTOR, "schedule.pause", "schedule:weekly:sales"),
         (LOOPBACK_ACTOR, "schedule.resume", "schedule:weekly:sales"),
     ]
@@ -268,7 +269,8 @@ def test_a_schedule_reads_in_words_shows_overdue_and_runs_now(
     expect(page.locator("#flash")).to_contain_text("The schedule's job was enqueued to run now")
     expect(page.locator("h1")).to_contain_text("build_report")
     expect(page.locator("pre.payload").first).to_contain_text('"team": "ops"')
-    [(actor, action, target)] = audit_rows(db)
+    [added, (actor, action, target)] = audit_rows(db)
+    assert added == ("api", "schedule.add", "schedule:weekday:ops")  # test_app's, above
     assert (actor, action, target) == (LOOPBACK_ACTOR, "schedule.run_now", "schedule:weekday:ops")
     assert db.execute("SELECT count(*) FROM cronbase.jobs_all").fetchone() == (1,)
 

@@ -374,6 +374,7 @@ def test_hostile_form_fields_are_a_400_naming_them_and_change_nothing(
     test_app.schedules.add(
         "build_report", key="weekly:sales", cron="0 8 * * 1", payload={"team": "s"}
     )
+    seeded = audit_rows(db)  # the schedule's own (actor api)
     token = form_token(client)
     posts = [
         ("/schedules/pause", {"key": "weekly\x00sales"}, "the form field 'key' contains a NUL"),
@@ -411,7 +412,7 @@ def test_hostile_form_fields_are_a_400_naming_them_and_change_nothing(
     ).fetchone() == ("queued",)
     assert not test_app.schedules.get("weekly:sales").is_paused
     assert db.execute("SELECT count(*) FROM cronbase.queues").fetchone() == (0,)
-    assert audit_rows(db) == []
+    assert audit_rows(db) == seeded == [("api", "schedule.add", "schedule:weekly:sales")]
     assert "Traceback" not in dashboard.output()
 
 

@@ -49,6 +49,14 @@ CASES = [
         "--max-catch-up",
         "is not in the range",
     ),
+    # issue 34: accepted, and a tick after an outage would have enqueued that many jobs
+    (
+        ["schedules", "add", "record", "--cron", "@hourly", "--max-catch-up", "100000000"],
+        "--max-catch-up",
+        "100000000 is not in the range 1<=x<=10000",
+    ),
+    (["worker", "--concurrency", HUGE], "--concurrency", "is not in the range"),
+    (["worker", "--keep", "dead=never"], "--keep", "'dead=never'"),
     (["--width", "5", "jobs", "list"], "--width", "is not in the range"),
 ]
 

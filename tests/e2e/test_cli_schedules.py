@@ -38,6 +38,10 @@ def add(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
         (["record", "--cron", "0 25 * * *"], "bad hour field '25'"),
         (["record", "--cron", "61 * * * *"], "bad minute field '61'"),
         (
+            ["record", "--cron", "0 0 31 2 *"],
+            "cron expression '0 0 31 2 *' never fires: February has no day 31",
+        ),
+        (
             ["record", "--cron", "@hourly", "--tz", "Mars/Olympus"],
             "unknown time zone 'Mars/Olympus'",
         ),

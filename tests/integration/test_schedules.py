@@ -137,6 +137,18 @@ def test_catch_up_policies_after_an_outage(
     assert after.next_fire_at == datetime(2026, 1, 1, 16, tzinfo=UTC)
 
 
+def test_max_catch_up_beyond_what_a_tick_should_enqueue_is_refused(
+    report_app: cronbase.App,
+) -> None:
+    with pytest.raises(
+        cronbase.ScheduleError, match=r"from 1 to 10,000, got 100,000,000: one tick"
+    ):
+        report_app.schedules.add(
+            "ping", cron="@hourly", key="ping", catch_up="all", max_catch_up=100_000_000
+        )
+    assert report_app.schedules.list() == []
+
+
 def test_catch_up_all_is_bounded_by_max_catch_up(
     report_app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:

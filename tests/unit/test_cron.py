@@ -215,6 +215,23 @@ def test_unknown_time_zones_are_refused_by_name(tz: str) -> None:
         Cron.parse("0 * * * *", tz)
 
 
-def test_a_day_that_never_comes_is_refused() -> None:
-    with pytest.raises(ScheduleError, match="'0 0 30 2 \\*'"):
-        Cron.parse("0 0 30 2 *")
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        (
+            "0 0 31 2 *",
+            "cron expression '0 0 31 2 *' never fires: February has no day 31; for the last day "
+            "of the month write L ('0 0 L 2 *')",
+        ),
+        (
+            "30 0 0 31 APR,6 *",
+            "cron expression '30 0 0 31 APR,6 *' never fires: April and June have no day 31; "
+            "for the last day of the month write L ('30 0 0 L APR,6 *')",
+        ),
+    ],
+)
+def test_a_day_that_never_comes_is_refused_as_never_firing(expression: str, message: str) -> None:
+    """Well-formed, so not "a bad day-of-month field": it names the months and the days."""
+    with pytest.raises(ScheduleError) as info:
+        Cron.parse(expression)
+    assert str(info.value) == message

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..effects import STATUSES, EffectRecord
-from .common import INT8_MAX, Settings, console, listed, payload_text, when
+from .common import INT8_MAX, Settings, cli_actor, console, listed, payload_text, when
 from .main import cli
 
 STYLES = {"processing": "bold yellow", "done": "green", "failed": "red"}
@@ -75,5 +75,5 @@ def show_effect(settings: Settings, key: str, as_json: bool) -> None:
 @click.pass_obj
 def forget_effect(settings: Settings, key: str) -> None:
     """Delete an effect's record so that it can happen again."""
-    forgotten = settings.app().effects.forget(key)
+    forgotten = settings.app().effects.forget(key, actor=cli_actor())
     click.echo(f"effect {key!r} forgotten (it was {forgotten.status}); it can happen again")

@@ -165,8 +165,7 @@ def tasks_command(settings: Settings, window: str, as_json: bool) -> None:
 def unserved_lines(overview: Overview) -> list[str]:
     """One line per task and queue whose due jobs no live worker will claim."""
     return [
-        f"{u.waiting} due jobs of task {u.task!r} (queue {u.queue!r}) wait for a worker: no live "
-        "worker registers that task"
+        f"{u.waiting} due jobs of task {u.task!r} (queue {u.queue!r}) wait for a worker: {u.reason}"
         for u in overview.unserved
     ]
 

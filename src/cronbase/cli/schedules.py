@@ -12,9 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..operations.schedules import Schedules
-from ..schedule.scheduler import CATCH_UP_POLICIES, Schedule, ScheduleOptions
+from ..schedule.scheduler import CATCH_UP_POLICIES, MOST_CATCH_UP, Schedule, ScheduleOptions
 from .common import (
-    INT4_MAX,
     Settings,
     app_option,
     cli_actor,
@@ -26,12 +25,6 @@ from .common import (
 from .main import cli
 
 
-def local_time(schedule: Schedule, moment: datetime | None) -> str:
-    """A moment in the schedule's own zone, which is how its cron expression reads."""
-    shown = schedule.local(moment)
-    return shown.strftime("%Y-%m-%d %H:%M %Z") if shown else ""
-
-
 def schedules_table(found: list[Schedule], now: datetime) -> Table:
     table = Table()
     for column in ("key", "task", "when", "catch-up", "last run", "next run", "payload"):
@@ -40,7 +33,7 @@ def schedules_table(found: list[Schedule], now: datetime) -> Table:
         next_run = (
             Text("paused", style="yellow")
             if s.is_paused
-            else Text(f"{local_time(s, s.next_fire_at)} ({relative(s.next_fire_at, now)})")
+            else Text(f"{s.local_text(s.next_fire_at)} ({relative(s.next_fire_at, now)})")
         )
         if s.overdue(now):
             next_run.append(" overdue: is a scheduler running?", style="bold red")
@@ -49,7 +42,7 @@ def schedules_table(found: list[Schedule], now: datetime) -> Table:
             Text(s.task),
             Text(f"{s.described}\n{s.cron}"),
             s.catch_up if s.catch_up != "all" else f"all (max {s.max_catch_up})",
-            local_time(s, s.last_fired_at),
+            s.local_text(s.last_fired_at),
             next_run,
             payload_text(s.payload),
         )
@@ -58,9 +51,7 @@ def schedules_table(found: list[Schedule], now: datetime) -> Table:
 
 def describe(schedule: Schedule) -> str:
     state = (
-        "paused"
-        if schedule.is_paused
-        else f"next run {local_time(schedule, schedule.next_fire_at)}"
+        "paused" if schedule.is_paused else f"next run {schedule.local_text(schedule.next_fire_at)}"
     )
     return (
         f"schedule {schedule.key!r} ({schedule.task}, {schedule.described}, cron "
@@ -110,7 +101,7 @@ def list_schedules(settings: Settings, as_json: bool) -> None:
 )
 @click.option(
     "--max-catch-up",
-    type=click.IntRange(min=1, max=INT4_MAX),
+    type=click.IntRange(min=1, max=MOST_CATCH_UP),
     default=100,
     show_default=True,
     help="With --catch-up all: at most this many missed slots.",
@@ -125,11 +116,12 @@ def add_schedule(
     **options: Unpack[ScheduleOptions],
 ) -> None:
     """Run TASK on a cron schedule (kept in the database until removed)."""
-    schedule = settings.app(needs_tasks=True).schedules.add(task, cron=cron_expr, **options)
+    app = settings.app(needs_tasks=True)
+    schedule = app.schedules.add(task, cron=cron_expr, actor=cli_actor(), **options)
     shown(schedule, as_json)
 
 
-def _schedule_switch(verb: str, act: Callable[[Schedules, str], Schedule], doc: str) -> None:
+def _schedule_switch(verb: str, act: Callable[..., Schedule], doc: str) -> None:
     """``schedules pause`` and ``schedules resume``: one command but for the library call."""
 
     @schedules.command(verb, help=doc)
@@ -137,7 +129,7 @@ def _schedule_switch(verb: str, act: Callable[[Schedules, str], Schedule], doc: 
     @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
     @click.pass_obj
     def switch(settings: Settings, key: str, as_json: bool) -> None:
-        shown(act(settings.app().schedules, key), as_json)
+        shown(act(settings.app().schedules, key, actor=cli_actor()), as_json)
 
 
 _schedule_switch(
@@ -166,5 +158,5 @@ def run_now(settings: Settings, key: str) -> None:
 @click.pass_obj
 def remove_schedule(settings: Settings, key: str) -> None:
     """Delete a schedule (a schedule declared in code comes back when its app next starts)."""
-    settings.app().schedules.remove(key)
+    settings.app().schedules.remove(key, actor=cli_actor())
     click.echo(f"schedule {key!r} removed")

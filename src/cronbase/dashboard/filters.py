@@ -8,6 +8,7 @@ from typing import Any
 
 from ..durations import duration_text
 from ..operations.storage import human_bytes
+from ..records import UndecodableJSON
 
 TRACEBACK_LINES = 30  # the last lines of a traceback shown at first; the rest on demand
 
@@ -15,11 +16,6 @@ TRACEBACK_LINES = 30  # the last lines of a traceback shown at first; the rest o
 def when(moment: datetime | None) -> str:
     """A UTC time for people, to the second."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
-
-
-def local(moment: datetime | None) -> str:
-    """A time already in the zone it should be read in (a schedule's)."""
-    return moment.strftime("%Y-%m-%d %H:%M %Z") if moment else ""
 
 
 def duration(value: timedelta | float | None) -> str:
@@ -75,10 +71,14 @@ def took(job: Any, now: datetime | None = None) -> str:
 
 
 def pretty_json(value: Any) -> str:
+    if isinstance(value, UndecodableJSON):  # marked, its start only: it may be a megabyte
+        return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def compact_json(value: Any) -> str:
+    if isinstance(value, UndecodableJSON):
+        return str(value)
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
@@ -93,6 +93,8 @@ def preview(value: Any, limit: int = PREVIEW) -> str:
     Encoded piece by piece and stopped at the limit: a list page shows 50 payloads of up to
     1 MiB each, and neither the page nor the work to make it should grow with them.
     """
+    if isinstance(value, UndecodableJSON):
+        return shorten(str(value), limit)
     pieces: list[str] = []
     size = 0
     for piece in _PREVIEW_ENCODER.iterencode(value):
@@ -122,7 +124,6 @@ def trim_traceback(text: str | None, keep: int = TRACEBACK_LINES) -> tuple[str, 
 
 FILTERS = {
     "when": when,
-    "local": local,
     "duration": duration,
     "span_text": duration_text,
     "since": since,

@@ -258,8 +258,8 @@ class Pages:
         rows = [
             {
                 "schedule": s,
-                "last": s.local(s.last_fired_at),
-                "next": s.local(s.next_fire_at),
+                "last": s.local_text(s.last_fired_at),
+                "next": s.local_text(s.next_fire_at),
                 "overdue": s.overdue(now),
             }
             for s in found

@@ -1,7 +1,7 @@
 """``app.schedules``: schedules kept in the database, added, listed, paused, resumed, removed.
 
-Each call validates first (cron, zone, task, payload), then writes one row in one statement, so
-a refused schedule leaves nothing behind. Every method has an ``_async`` twin.
+Each call validates first (cron, zone, task, payload), then writes its row and its audit row in
+one transaction, so a refused schedule leaves nothing behind. Every method has an ``_async`` twin.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..enqueue.insert import build_insert
@@ -47,35 +46,25 @@ class Schedules:
     def _spec(self, task: str, cron: str, options: ScheduleOptions) -> ScheduleSpec:
         return ScheduleSpec.build(find_task(self.tasks, task), cron=cron, **options)
 
-    def _now(self) -> datetime:
-        row = self.db.fetch_one(self.db.queries.database_now)
-        assert row is not None
-        return row["now"]  # type: ignore[no-any-return]
-
-    async def _now_async(self) -> datetime:
-        row = await self.db.fetch_one_async(self.db.queries.database_now)
-        assert row is not None
-        return row["now"]  # type: ignore[no-any-return]
-
-    def add(self, task: str, *, cron: str, **options: Unpack[ScheduleOptions]) -> Schedule:
+    def add(
+        self, task: str, *, cron: str, actor: str | None = None, **options: Unpack[ScheduleOptions]
+    ) -> Schedule:
         """Create (or redefine) a schedule kept in the database until removed (``options``:
-        :class:`~cronbase.schedule.scheduler.ScheduleOptions`).
+        :class:`~cronbase.schedule.scheduler.ScheduleOptions`); audited as ``schedule.add`` by
+        ``actor`` (default ``api``), as every change here.
 
         >>> app.schedules.add("send_weekly_report", cron="0 8 * * MON",  # doctest: +SKIP
         ...                   tz="America/New_York", payload={"user_id": 12345}, key="weekly:12345")
         """
         spec = self._spec(task, cron, options)
-        row = self.db.fetch_one(self.db.queries.upsert_schedule, upsert_params(spec, self._now()))
-        return _found(row, spec.key)
+        return perform(self.db, actor, "schedule.add", f"schedule:{spec.key}", self._add(spec))
 
     async def add_async(
-        self, task: str, *, cron: str, **options: Unpack[ScheduleOptions]
+        self, task: str, *, cron: str, actor: str | None = None, **options: Unpack[ScheduleOptions]
     ) -> Schedule:
         spec = self._spec(task, cron, options)
-        params = upsert_params(spec, await self._now_async())
-        return _found(
-            await self.db.fetch_one_async(self.db.queries.upsert_schedule, params), spec.key
-        )
+        action = self._add(spec)
+        return await perform_async(self.db, actor, "schedule.add", f"schedule:{spec.key}", action)
 
     def list(self) -> builtins.list[Schedule]:
         return [Schedule.from_row(r) for r in self.db.fetch_all(self.db.queries.list_schedules)]
@@ -92,8 +81,7 @@ class Schedules:
         return _found(row, key)
 
     def pause(self, key: str, *, actor: str | None = None) -> Schedule:
-        """Stop firing until resumed; audited as ``schedule.pause`` by ``actor`` (default
-        ``api``), as resume and run_now are."""
+        """Stop firing until resumed; audited as ``schedule.pause`` by ``actor``."""
         return perform(self.db, actor, "schedule.pause", f"schedule:{key}", self._pause(key))
 
     async def pause_async(self, key: str, *, actor: str | None = None) -> Schedule:
@@ -116,6 +104,14 @@ class Schedules:
     async def run_now_async(self, key: str, *, actor: str | None = None) -> int:
         action = self._run_now(key)
         return await perform_async(self.db, actor, "schedule.run_now", f"schedule:{key}", action)
+
+    def remove(self, key: str, *, actor: str | None = None) -> None:
+        """Delete a schedule (one declared in code comes back when its app next starts)."""
+        perform(self.db, actor, "schedule.remove", f"schedule:{key}", self._remove(key))
+
+    async def remove_async(self, key: str, *, actor: str | None = None) -> None:
+        action = self._remove(key)
+        await perform_async(self.db, actor, "schedule.remove", f"schedule:{key}", action)
 
     # -- the actions (audited.py runs them) ----------------------------------------------------
 
@@ -153,10 +149,25 @@ class Schedules:
         job_id = int(row["id"])
         return job_id, {"job_id": job_id}
 
-    def remove(self, key: str) -> None:
-        if self.db.fetch_one(self.db.queries.remove_schedule, {"key": key}) is None:
-            raise ScheduleError(f"no schedule with key {key!r}")
+    def _add(self, spec: ScheduleSpec) -> Action[Schedule]:
+        (clock,) = yield self.db.queries.database_now, {}
+        rows = yield self.db.queries.upsert_schedule, upsert_params(spec, clock["now"])
+        schedule = _found(rows[0] if rows else None, spec.key)
+        return schedule, _described(schedule)
 
-    async def remove_async(self, key: str) -> None:
-        if await self.db.fetch_one_async(self.db.queries.remove_schedule, {"key": key}) is None:
-            raise ScheduleError(f"no schedule with key {key!r}")
+    def _remove(self, key: str) -> Action[None]:
+        rows = yield self.db.queries.remove_schedule, {"key": key}
+        # What it was: once removed, the audit row is the only record of it.
+        return None, _described(_found(rows[0] if rows else None, key))
+
+
+def _described(schedule: Schedule) -> dict[str, Any]:
+    """What an audit row keeps of a schedule added or removed (not its payload: it may be
+    large, and hold what the log should not)."""
+    return {
+        "task": schedule.task,
+        "cron": schedule.cron,
+        "tz": schedule.tz,
+        "queue": schedule.queue,
+        "catch_up": schedule.catch_up,
+    }

@@ -103,16 +103,34 @@ LIVE_WITHIN = timedelta(minutes=1)
 @dataclass(frozen=True)
 class UnservedJobs:
     """Due jobs of one task and queue that no live worker will claim: none registers the task
-    (a deploy not finished, a renamed task, no worker running at all)."""
+    (a deploy not finished, a renamed task, no worker running at all), or those that do serve
+    other queues (``task_queues``: theirs; None when no live worker knows the task)."""
 
     task: str
     queue: str
     waiting: int
     oldest_run_at: datetime
+    task_queues: list[str] | None
 
     @classmethod
     def from_row(cls, row: Row) -> UnservedJobs:
-        return cls(row["task"], row["queue"], int(row["waiting"]), row["oldest_run_at"])
+        return cls(
+            row["task"],
+            row["queue"],
+            int(row["waiting"]),
+            row["oldest_run_at"],
+            row["task_queues"],
+        )
+
+    @property
+    def reason(self) -> str:
+        """Why no live worker claims them, in words."""
+        if not self.task_queues:
+            return "no live worker registers that task"
+        return (
+            f"no live worker serves queue {self.queue!r} (the live workers that know the task "
+            f"serve: {', '.join(self.task_queues)})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +138,8 @@ class UnservedJobs:
             "queue": self.queue,
             "waiting": self.waiting,
             "oldest_run_at": self.oldest_run_at.isoformat(),
+            "task_queues": self.task_queues,
+            "reason": self.reason,
         }
 
 

@@ -8,6 +8,7 @@ fall-back day fires once, at the first 01:00.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,11 @@ ALIASES = {
 
 _FIELDS_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _FIELDS_6 = ("second", *_FIELDS_5)
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")  # fmt: skip
+# Just before 2000-01-01 (a leap year, whose January has every day of a month): walking a field
+# from here meets each of its values within the year.
+_BEFORE_2000 = datetime(1999, 12, 31, 23, 59)
 
 
 def parse_zone(tz: str) -> ZoneInfo:
@@ -42,8 +48,43 @@ def parse_zone(tz: str) -> ZoneInfo:
         ) from None
 
 
+def _in_2000(expression: str) -> list[datetime]:
+    return list(
+        itertools.takewhile(lambda fire: fire.year == 2000, CronSim(expression, _BEFORE_2000))
+    )
+
+
+def _listed(words: list[str], last: str) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
+def _never_fires(expression: str, fields: list[str], exc: CronSimError) -> ScheduleError | None:
+    """cronsim refuses a day of the month that none of the months has (``0 0 31 2 *``) as a "bad
+    day-of-month": the expression is well formed, it only never fires. Say that, or None when
+    the error is another, or the day field is bad on its own."""
+    if str(exc) != "Bad day-of-month":
+        return None
+    at = (_FIELDS_6 if len(fields) == 6 else _FIELDS_5).index("day-of-month")
+    try:
+        days = sorted({fire.day for fire in _in_2000(f"0 0 {fields[at]} 1 *")})
+        months = sorted({fire.month for fire in _in_2000(f"0 0 1 {fields[at + 1]} *")})
+    except CronSimError:
+        return None
+    names = [_MONTHS[m - 1] for m in months]
+    has = "has" if len(names) == 1 else "have"
+    last = " ".join([*fields[:at], "L", *fields[at + 1 :]])
+    return ScheduleError(
+        f"cron expression {expression!r} never fires: {_listed(names, 'and')} {has} no day "
+        f"{_listed([str(d) for d in days], 'or')}; for the last day of the month write L "
+        f"({last!r})"
+    )
+
+
 def _explain(expression: str, fields: list[str], exc: CronSimError) -> ScheduleError:
     # cronsim's messages name the field ("Bad hour"); point at the text the user wrote.
+    never = _never_fires(expression, fields, exc)
+    if never is not None:
+        return never
     message = str(exc)
     names = _FIELDS_6 if len(fields) == 6 else _FIELDS_5
     if message.startswith("Bad "):
@@ -71,6 +112,13 @@ class Cron:
     @property
     def tz(self) -> str:
         return self.zone.key
+
+    @property
+    def has_seconds(self) -> bool:
+        """Whether it fires on seconds other than :00 (six fields, the first not 0), so that
+        its times are shown to the second: ``*/10 * * * * *`` fires six times a minute."""
+        fields = self.expression.split()
+        return len(fields) == 6 and fields[0].strip("0") != ""
 
     @classmethod
     def parse(cls, expression: str, tz: str = "UTC") -> Cron:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 import psycopg
 from psycopg.rows import dict_row
 
-from ..checks import INT4_MAX, check_key, check_name
+from ..checks import check_key, check_name
 from ..durations import DurationLike, duration
 from ..enqueue.insert import build_insert, encode_payload
 from ..enqueue.options import JobOptions
@@ -45,6 +45,10 @@ DUE_BATCH = 100
 # long in the transaction (a tick's statements come milliseconds apart), and rolls it back.
 # Local to each transaction, so through a transaction pooler too.
 IDLE_LIMIT = {"milliseconds": "10000"}
+
+# The most missed slots a schedule with catch_up="all" runs after an outage: each is a job one
+# tick computes and enqueues in one transaction.
+MOST_CATCH_UP = 10_000
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -92,8 +96,12 @@ class ScheduleSpec:
             raise ScheduleError(
                 f"unknown catch_up policy {catch_up!r}; one of: {', '.join(CATCH_UP_POLICIES)}"
             )
-        if not 1 <= max_catch_up <= INT4_MAX:
-            raise ScheduleError(f"max_catch_up must be from 1 to {INT4_MAX:,}, got {max_catch_up}")
+        if not 1 <= max_catch_up <= MOST_CATCH_UP:
+            raise ScheduleError(
+                f"max_catch_up must be from 1 to {MOST_CATCH_UP:,}, got {max_catch_up:,}: one "
+                "tick enqueues up to that many jobs in one go, after an outage; to backfill "
+                "more, defer them yourself in batches"
+            )
         if queue is not None:
             check_name("queue", queue)
         if key is not None:
@@ -157,6 +165,16 @@ class Schedule(Record):
     def local(self, moment: datetime | None) -> datetime | None:
         """A moment in the schedule's own time zone (for people)."""
         return moment.astimezone(Cron.parse(self.cron, self.tz).zone) if moment else None
+
+    def local_text(self, moment: datetime | None) -> str:
+        """A moment in the schedule's own time zone, as people read it: to the minute
+        (``2026-11-23 08:00 CET``), or to the second when the schedule fires on seconds; empty
+        for None."""
+        if moment is None:
+            return ""
+        cron = Cron.parse(self.cron, self.tz)
+        form = "%Y-%m-%d %H:%M:%S %Z" if cron.has_seconds else "%Y-%m-%d %H:%M %Z"
+        return moment.astimezone(cron.zone).strftime(form)
 
 
 @dataclass(frozen=True)
@@ -226,12 +244,17 @@ class Scheduler:
         tasks: Mapping[str, Task[Any, Any]],
         periodic: Mapping[str, ScheduleSpec] | None = None,
         interval: DurationLike = timedelta(seconds=1),
+        queues: Collection[str] | None = None,
     ) -> None:
         self.db = db
         self.tasks = tasks
         self.periodic = periodic or {}
         self.interval = duration("interval", interval, positive=True).total_seconds()
         self.fired = 0
+        # The queues of the worker it runs in (None: all, or no worker): a schedule firing into
+        # another queue is said once, as its jobs wait there for a worker that serves it.
+        self.queues = queues
+        self._said_unserved: set[tuple[str, str]] = set()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         conn = await self.db.connect_async(application_name="cronbase-scheduler")
@@ -295,10 +318,13 @@ class Scheduler:
         steps = plan(cron, schedule.catch_up, schedule.max_catch_up, schedule.next_fire_at, now)
         task = find_task(self.tasks, schedule.task)  # known: lock_due_schedules filters by task
         options = task.options()
+        queue = schedule.queue or options.queue
+        if steps.slots:
+            self._say_if_unserved(schedule.key, queue)
         ids = []
         for slot in steps.slots:
             opts = JobOptions(
-                queue=schedule.queue or options.queue,
+                queue=queue,
                 priority=options.priority,
                 max_attempts=options.max_attempts,
                 lease=options.lease,
@@ -329,6 +355,22 @@ class Scheduler:
             },
         )
         return ids
+
+    def _say_if_unserved(self, key: str, queue: str) -> None:
+        """Warn, once per schedule and queue, that this worker fires jobs it will not run: they
+        wait for a worker that serves the queue (there may be one; if not, the dashboard's
+        overview and ``cronbase stats`` name them)."""
+        if self.queues is None or queue in self.queues or (key, queue) in self._said_unserved:
+            return
+        self._said_unserved.add((key, queue))
+        logger.warning(
+            "schedule %r fires its jobs into queue %r, which this worker does not serve (it "
+            "serves: %s): they wait for a worker that does; add the queue to a worker's "
+            "--queue, or give the schedule a queue that is served",
+            key,
+            queue,
+            ", ".join(sorted(self.queues)),
+        )
 
     async def run(self) -> None:
         """Tick every ``interval`` until cancelled (the worker's scheduling loop).

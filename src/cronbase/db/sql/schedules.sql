@@ -45,7 +45,8 @@ WHERE key = %(key)s
 RETURNING *;
 
 -- name: remove_schedule
-DELETE FROM {schema}.schedules WHERE key = %(key)s RETURNING key;
+-- Every column back: the audit row of the removal keeps what the schedule was.
+DELETE FROM {schema}.schedules WHERE key = %(key)s RETURNING *;
 
 -- name: lock_due_schedules
 -- SKIP LOCKED shares due schedules out among concurrent tickers; a ticker that waits for none
