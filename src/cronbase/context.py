@@ -138,9 +138,9 @@ class JobContext:
         if conn is not None and not conn.broken:
             return exc
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        # The worker's line for the hand-back names the job and attempt around this.
         return DatabaseUnavailableError(
-            f"job {self.id} attempt {self.attempt}: the database connection of transaction() "
-            f"was lost ({reason}); the attempt is handed back, not counted"
+            f"the database connection of transaction() was lost ({reason})"
         )
 
     def _require_db(self) -> Database:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ import psycopg
 import pytest
 
 import cronbase
-from tests.e2e.harness import WorkerProcesses, reset_test_tables
+from tests.e2e.harness import WorkerProcesses, processes_of, reset_test_tables
 from tests.e2e.worker_app import make_app
 
 
@@ -29,3 +31,12 @@ def tasks(database_url: str, db: psycopg.Connection[Any]) -> Iterator[cronbase.A
     app = make_app(database_url)
     yield app
     app.close()
+
+
+@pytest.fixture
+def supervisors(workers: WorkerProcesses) -> Iterator[WorkerProcesses]:
+    """``workers``, and at the end no worker process of theirs left behind (SIGKILL)."""
+    yield workers
+    for process in workers.started:
+        for pid in processes_of(process.pid):
+            os.kill(pid, signal.SIGKILL)

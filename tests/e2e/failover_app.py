@@ -17,6 +17,7 @@ The database is ``CRONBASE_DATABASE_URL``; the test builds the same app with :fu
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections import Counter
@@ -26,6 +27,10 @@ from typing import Any
 
 import cronbase
 from tests.e2e import worker_app
+
+# The pools' give-up (db/pool.py) is a debug line of its own logger: the failover test waits
+# for it in these processes' logs.
+logging.getLogger("cronbase.pool").setLevel(logging.DEBUG)
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS failover_runs (

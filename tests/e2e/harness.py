@@ -85,6 +85,36 @@ def is_registered(db: psycopg.Connection[Any], worker_id: str) -> bool:
     )
 
 
+# -- processes -----------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, from /proc (None: no such process)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, ppid = text.rpartition(")")[2].split()[:2]
+    return state, int(ppid)
+
+
+def is_running(pid: int) -> bool:
+    """Alive and not a zombie (a killed child whose parent has not waited for it yet)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def processes_of(parent: int) -> set[int]:
+    """The running processes whose parent is ``parent``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None and stat[1] == parent and stat[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
 # -- worker processes ----------------------------------------------------------------------------
 
 

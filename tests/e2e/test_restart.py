@@ -61,7 +61,7 @@ def test_a_worker_started_before_the_database_waits_for_it(
         assert "cannot connect to database" in burst.log()
         # A long-running one waits, saying so once, and starts when the database does.
         waiting = workers.start("W")
-        waiting.wait_for_log("connecting to the database failed", timeout=60)
+        waiting.wait_for_log("database unreachable: connecting to the database failed", timeout=60)
         cluster.start()
         with psycopg.connect(url, autocommit=True) as conn:
             wait_for(partial(is_registered, conn, "W"), timeout=60, what="the worker to start")
@@ -75,7 +75,53 @@ def test_a_worker_started_before_the_database_waits_for_it(
         app.close()
         waiting.send(signal.SIGTERM)
         assert waiting.wait_exit(timeout=60) == 0
-        assert waiting.log().count("connecting to the database failed") == 1
+        # However long the server took to start, and whatever it answered meanwhile ("refused",
+        # then "starting up" under load: two lines before), one line each way.
+        assert waiting.log().count("database unreachable") == 1
+        assert waiting.log().count("database reachable again") == 1
+
+
+def test_an_outage_is_one_line_per_process_and_one_when_it_is_over(
+    make_cluster: Callable[[], PostgresCluster], tmp_path: Path
+) -> None:
+    """issue 34: with the database stopped for 21 s, two worker processes wrote 114 warnings
+    (each part of each worker, each kind of error, psycopg's pool at every reconnect)."""
+    cluster = make_cluster()
+    url = migrated(cluster)
+    with WorkerProcesses(url, tmp_path, module=MODULE) as workers:
+        both = [workers.start(name, "--poll-interval", "0.2") for name in ("A", "B")]
+        with psycopg.connect(url, autocommit=True) as conn:
+            for name in ("A", "B"):
+                wait_for(partial(is_registered, conn, name), timeout=60, what=f"{name} to start")
+        app = make_app(url)
+        job_id = app.get_task("record_in_transaction").defer(n=1)  # every part works once
+        wait_for(
+            lambda: app.jobs.get(job_id).status == cronbase.JobStatus.SUCCEEDED,
+            timeout=30,
+            what="the job to run",
+        )
+        app.close()
+        cluster.stop()
+        for worker in both:
+            worker.wait_for_log("database unreachable", timeout=60)
+        # The outage lasts a while: every part fails and retries several times (claims every
+        # 0.1-1 s, renewals, the listener, the pool's reconnects). Not a wait for anything, and
+        # no count below depends on its length.
+        time.sleep(5)
+        cluster.start()
+        for worker in both:
+            worker.wait_for_log("database reachable again", timeout=60)
+            worker.send(signal.SIGTERM)
+            assert worker.wait_exit(timeout=60) == 0
+        for worker in both:
+            log = worker.log()
+            warnings = [
+                line.split(" WARNING ", 1)[1] for line in log.splitlines() if " WARNING " in line
+            ]
+            assert len(warnings) == 2, log
+            assert warnings[0].startswith("database unreachable: "), log
+            assert warnings[1].startswith("database reachable again after"), log
+            assert "error connecting" not in log, log  # psycopg's pool, folded in
 
 
 class Producer(threading.Thread):

@@ -73,16 +73,44 @@ def test_jobs_still_running_when_the_grace_period_ends_are_handed_back(
         assert history(db, job_id) == [(1, "released", "A"), (1, "succeeded", "B")]
 
 
-def test_a_second_signal_exits_at_once(
-    workers: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any]
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_second_signal_is_the_same_request_and_the_job_still_finishes(
+    workers: WorkerProcesses,
+    tasks: cronbase.App,
+    db: psycopg.Connection[Any],
+    second: signal.Signals,
 ) -> None:
     worker = workers.start("A", "--shutdown-grace", "600")
-    job_id = tasks.defer("blocking", {"flag": "never"})
+    job_id = tasks.defer("blocking", {"flag": "finish"})
     wait_for(lambda: events(db, job_id), timeout=30, what="the job to start")
 
     worker.send(signal.SIGTERM)
     worker.wait_for_log("SIGTERM: finishing 1 running jobs")
-    worker.send(signal.SIGINT)
-    # Well inside the 600s grace period: the second signal did not wait for the job.
-    assert worker.wait_exit(timeout=30) == 128 + signal.SIGINT
-    assert "second SIGINT: exiting now" in worker.log()
+    worker.send(second)
+    worker.wait_for_log(f"{second.name}: worker A is already stopping")
+    set_flag(db, "finish")
+
+    assert worker.wait_exit(timeout=60) == 0
+    assert job_row(db, job_id)["status"] == "succeeded"
+    assert history(db, job_id) == [(1, "succeeded", "A")]
+
+
+def test_sigquit_hands_back_the_running_jobs_at_once_and_exits_0(
+    workers: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    worker = workers.start("A", "--concurrency", "2", "--shutdown-grace", "600")
+    jobs = [tasks.defer(name, {"flag": "later"}) for name in ("blocking", "blocking_async")]
+    for job_id in jobs:
+        wait_for(partial(events, db, job_id), timeout=30, what=f"job {job_id} to start")
+
+    worker.send(signal.SIGTERM)
+    worker.wait_for_log("SIGTERM: finishing 2 running jobs")
+    worker.send(signal.SIGQUIT)
+    # Well inside the 600s grace period: nobody waited for the jobs, and none was lost.
+    assert worker.wait_exit(timeout=60) == 0
+    assert "SIGQUIT: handing back 2 running jobs now" in worker.log()
+    for job_id in jobs:
+        job = job_row(db, job_id)
+        assert (job["status"], job["attempts"], job["locked_by"]) == ("queued", 0, None)
+        assert history(db, job_id) == [(1, "released", "A")]
+    assert not is_registered(db, "A")

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -23,7 +22,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import cronbase
 from tests.conftest import wait_for
-from tests.e2e.harness import WorkerProcess, WorkerProcesses, events, history, job_row, set_flag
+from tests.e2e.harness import (
+    WorkerProcess,
+    WorkerProcesses,
+    events,
+    history,
+    is_running,
+    job_row,
+    processes_of,
+    set_flag,
+)
 from tests.e2e.supervisor_app import CRASH_FILE, make_supervised_app
 from tests.e2e.test_cli import cronbase as run_cronbase
 from tests.e2e.test_cli import ok
@@ -76,33 +84,6 @@ def registered(db: psycopg.Connection[Any], supervisor: str, count: int) -> list
     )
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a process, from /proc (None: no such process)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    state, ppid = text.rpartition(")")[2].split()[:2]
-    return state, int(ppid)
-
-
-def is_running(pid: int) -> bool:
-    """Alive and not a zombie (a killed child whose parent has not waited for it yet)."""
-    stat = _stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
-def processes_of(parent: int) -> set[int]:
-    """The running processes whose parent is ``parent``."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None and stat[1] == parent and stat[0] != "Z":
-                found.add(int(entry.name))
-    return found
-
-
 def environment_of(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode().partition("=")[::2] for item in raw if item)
@@ -132,15 +113,6 @@ def total(
         for found, value in samples.get(name, [])
         if all(found.get(k) == v for k, v in labels.items())
     )
-
-
-@pytest.fixture
-def supervisors(workers: WorkerProcesses) -> Iterator[WorkerProcesses]:
-    """``workers``, and at the end no worker process of theirs left behind (SIGKILL)."""
-    yield workers
-    for process in workers.started:
-        for pid in processes_of(process.pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 # -- starting ------------------------------------------------------------------------------------
@@ -340,32 +312,31 @@ def test_sigterm_lets_running_jobs_finish_then_exits_0(
     assert children(db, sid) == []
 
 
-def test_a_second_sigterm_kills_the_worker_processes_and_exits_at_once(
+def test_sigquit_after_sigterm_hands_back_every_running_job_at_once(
     supervisors: WorkerProcesses, tasks: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
     options = ("--processes", "2", "--concurrency", "1", "--shutdown-grace", "600")
     supervisor = start(supervisors, "S", *options)
     sid = supervisor_id(supervisor)
     pids = [pid for _, pid in registered(db, sid, 2)]
-    jobs = [tasks.defer("blocking", {"flag": "never"}) for _ in range(2)]
+    jobs = [tasks.defer("blocking", {"flag": "later"}) for _ in range(2)]
     for job_id in jobs:  # one in each process
         wait_for(partial(events, db, job_id), timeout=30, what=f"job {job_id} to start")
 
     supervisor.send(signal.SIGTERM)
     supervisor.wait_for_log("SIGTERM: stopping 2 worker processes")
-    supervisor.send(signal.SIGTERM)
-    # Well inside the 600s grace period: nobody waited for the job.
-    assert supervisor.wait_exit(timeout=30) == 128 + signal.SIGTERM
-    assert "second SIGTERM: killing 2 worker processes, exiting now" in supervisor.log()
-    wait_for(
-        lambda: not any(is_running(pid) for pid in pids),
-        timeout=30,
-        what="the worker processes to be gone",
-    )
-    # Killed, not stopped: the jobs stay in their dead holders' hands until their leases run
-    # out, and the rows stay until they age out.
-    assert [job_row(db, job_id)["status"] for job_id in jobs] == ["running", "running"]
-    assert sorted(pid for _, pid in children(db, sid)) == sorted(pids)
+    supervisor.send(signal.SIGTERM)  # the same request: logged, nothing more
+    supervisor.wait_for_log(f"SIGTERM: supervisor {sid} is already stopping")
+    supervisor.send(signal.SIGQUIT)
+    # Well inside the 600s grace period: nobody waited for the jobs, nobody was killed.
+    assert supervisor.wait_exit(timeout=60) == 0
+    assert "killing" not in supervisor.log()
+    wait_for(lambda: not any(is_running(pid) for pid in pids), timeout=30, what="both to exit")
+    for job_id in jobs:
+        job = job_row(db, job_id)
+        assert (job["status"], job["attempts"], job["locked_by"]) == ("queued", 0, None)
+        assert [o for _, o, _ in history(db, job_id)] == ["released"]
+    assert children(db, sid) == []
 
 
 def test_a_supervisor_killed_outright_leaves_no_orphan_its_processes_stop_gracefully(
@@ -515,7 +486,7 @@ def test_a_signal_to_the_whole_process_group_stops_each_process_once_gracefully(
     supervisor.wait_for_log("SIGINT: finishing 1 running jobs")
     set_flag(db, "finish")
     assert supervisor.wait_exit(timeout=60) == 0
-    assert "second SIGINT" not in supervisor.log()
+    assert "killing" not in supervisor.log()
     assert job_row(db, job_id)["status"] == "succeeded"
     assert [(a, o) for a, o, _ in history(db, job_id)] == [(1, "succeeded")]
     assert children(db, sid) == []

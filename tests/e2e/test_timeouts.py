@@ -5,6 +5,7 @@ that is killed at it (tests/e2e/timeout_app.py). Two attempts of one job never o
 from __future__ import annotations
 
 import os
+import signal
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
@@ -18,7 +19,14 @@ import pytest
 
 from tests.browser.conftest import running_dashboard
 from tests.conftest import wait_for
-from tests.e2e.harness import WorkerProcesses, events, history, is_registered, job_row
+from tests.e2e.harness import (
+    WorkerProcesses,
+    events,
+    history,
+    is_registered,
+    job_row,
+    set_flag,
+)
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.slow]
@@ -201,6 +209,54 @@ def test_an_isolated_handler_whose_process_dies_is_a_failed_attempt(
     row = job_row(db, job_id)
     assert (row["status"], row["error_type"]) == ("dead", "cronbase.errors.ProcessDiedError")
     assert "its process exited with status 3 before its handler returned" in row["last_error"]
+
+
+def test_a_signal_to_the_process_group_leaves_an_isolated_handler_running(
+    processes: WorkerProcesses, timeout_app: ModuleType, db: psycopg.Connection[Any]
+) -> None:
+    """GNU timeout, systemd's control-group kill and Ctrl-C signal the handler's child process
+    too: it is the worker's to stop (issue 34), so the attempt finishes in the grace period
+    instead of dying of SIGTERM."""
+    worker = processes.start("A", "--shutdown-grace", "600", prefix=("setsid",))
+    job_id = timeout_app.isolated_waiter.defer(flag="finish")
+    wait_for(partial(events, db, job_id), timeout=60, what="the handler to start")
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.killpg(worker.pid, sig)
+    worker.wait_for_log("finishing 1 running jobs")
+    set_flag(db, "finish")
+    assert worker.wait_exit(timeout=60) == 0
+    row = job_row(db, job_id)
+    assert (row["status"], row["attempts"]) == ("succeeded", 1), row["last_error"]
+    assert [e for _, e, _ in events(db, job_id)] == ["started", "ended"]
+
+
+def test_an_isolated_handler_s_timeout_starts_when_its_handler_does(
+    processes: WorkerProcesses, timeout_app: ModuleType, db: psycopg.Connection[Any]
+) -> None:
+    """A child that takes 3 s to start (each import of the app sleeps), for a 1 s timeout: the
+    start is not the handler's, so the job succeeds."""
+    processes.start("A", env={"TIMEOUT_APP_CHILD_START_SECONDS": "3"})
+    job_id = timeout_app.isolated_quick.defer(label="slow start")
+    wait_for(partial(finished, db, job_id), timeout=90, what="the job to end")
+    row = job_row(db, job_id)
+    assert (row["status"], row["result"]) == ("succeeded", {"label": "slow start"}), row
+
+
+def test_an_isolated_child_that_does_not_start_within_its_limit_is_killed(
+    processes: WorkerProcesses, timeout_app: ModuleType, db: psycopg.Connection[Any]
+) -> None:
+    """The start has a limit of its own (here 1 s: the timeout's, above STARTUP_LIMIT's 0.5):
+    a child still starting past it is killed, a failed attempt that says why."""
+    env = {"TIMEOUT_APP_CHILD_START_SECONDS": "30", "TIMEOUT_APP_STARTUP_LIMIT_SECONDS": "0.5"}
+    processes.start("A", env=env)
+    job_id = timeout_app.isolated_quick.defer(label="never starts")
+    wait_for(partial(finished, db, job_id), timeout=60, what="the job to end")
+    row = job_row(db, job_id)
+    assert (row["status"], row["error_type"]) == ("dead", "cronbase.errors.ProcessDiedError")
+    assert row["last_error"] == (
+        f"ProcessDiedError: job {job_id} (task 'isolated_quick'): its process was killed after "
+        "1s of start-up (spawning it, importing the task's module) before its handler returned"
+    )
 
 
 def test_the_app_module_is_importable_by_path(tmp_path: Path) -> None:

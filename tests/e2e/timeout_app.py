@@ -15,13 +15,24 @@ import time
 from datetime import date, timedelta
 
 import cronbase
+from cronbase.worker import isolation
 from tests.e2e import worker_app
+
+# A child of an isolated task that starts slowly (a loaded host, heavy imports), as long as the
+# tests ask: a spawned child imports the worker's main module, this one, as __mp_main__.
+CHILD_START = os.environ.get("TIMEOUT_APP_CHILD_START_SECONDS")
+if CHILD_START and __name__ == "__mp_main__":
+    time.sleep(float(CHILD_START))
+# The worker's limit on a child's start, shorter than its default for a test of what happens past it.
+STARTUP_LIMIT = os.environ.get("TIMEOUT_APP_STARTUP_LIMIT_SECONDS")
+if STARTUP_LIMIT:
+    isolation.STARTUP_LIMIT = float(STARTUP_LIMIT)
 
 app = cronbase.App()
 
 TIMEOUT = timedelta(seconds=1)
-# An isolated handler's timeout also covers its child's start (spawn, imports, the child's own
-# pool for record()): over 1 s on a loaded machine, so the child was killed before it recorded.
+# An isolated handler's timeout covers the child's own pool for record() (opened in the handler):
+# over 1 s on a loaded machine, so the child was killed before it recorded.
 ISOLATED_TIMEOUT = timedelta(seconds=3)
 # Retries come soon: what these tests watch is whether the next attempt waits for the last one.
 SOON = cronbase.Backoff(base=timedelta(milliseconds=100), jitter=0)
@@ -90,11 +101,33 @@ def isolated_sleeper(seconds: float) -> None:
     record("ended")
 
 
+@app.task(isolation="process", max_attempts=1)
+def isolated_waiter(flag: str) -> None:
+    """Runs in a child process until ``flag`` is set (a row of test_flags)."""
+    record("started")
+    while not is_flag_set(flag):
+        time.sleep(0.05)
+    record("ended")
+
+
+def is_flag_set(name: str) -> bool:
+    with app.pool().connection() as conn:
+        return (
+            conn.execute("SELECT 1 FROM test_flags WHERE name = %s", (name,)).fetchone() is not None
+        )
+
+
 @app.task(isolation="process")
 def isolated_value(day: date, label: str) -> dict[str, object]:
     """Converts its payload and returns a result across the process boundary."""
     cronbase.current_job().set_progress(50, stage="halfway")
     return {"weekday": day.isoweekday(), "label": label.upper(), "pid": os.getpid()}
+
+
+@app.task(timeout=TIMEOUT, isolation="process", max_attempts=1)
+def isolated_quick(label: str) -> dict[str, str]:
+    """Returns at once: within its timeout, whatever its child's start took."""
+    return {"label": label}
 
 
 @app.task(isolation="process", max_attempts=1)

@@ -31,7 +31,7 @@ HELD_AT_CUT = 3
 WORKERS = ("w1", "w2", "w3")
 VICTIM = "w1"
 # What a worker logs when its claim loop or its lease renewals fail (worker/health.py).
-NOTICED = r"(claiming jobs|renewing leases) failed"
+NOTICED = r"database unreachable: |(claiming jobs|renewing leases) failed"
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_a_host_cut_off_past_its_lease_is_fenced_and_rejoins(
 
     # -- what the victim said --------------------------------------------------------------------
     lease_lost = log_lines(process, r"lease lost|outcome \w+ ignored")
-    works_again = log_lines(process, r"works again")
+    works_again = log_lines(process, r"works again|database reachable again")
     assert lease_lost, f"{VICTIM} did not say it lost its leases:\n{process.log()[-3000:]}"
     assert works_again, f"{VICTIM} did not say it works again:\n{process.log()[-3000:]}"
     assert process.popen.poll() is None, f"{VICTIM} exited"

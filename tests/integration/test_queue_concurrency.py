@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.cli.main import worker_queues
+from cronbase.cli.run import worker_queues
 from tests.e2e.test_cli import cronbase as cronbase_cli
 
 

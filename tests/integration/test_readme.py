@@ -51,8 +51,11 @@ def readme_env(database_url: str) -> dict[str, str]:
 def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one() -> None:
     first_block = _BLOCK.search(README)
     assert first_block is not None
-    assert README[: first_block.start()].strip() == "# cronbase"
-    assert first_block.group(4).splitlines() == ["make demo", "make test"]
+    title, *tagline = README[: first_block.start()].strip().splitlines()
+    assert title == "# cronbase"
+    assert len(" ".join(tagline)) <= 120, tagline  # one sentence, then the commands
+    commands = [line.partition("#")[0].strip() for line in first_block.group(4).splitlines()]
+    assert commands == ["make demo", "make test"]
     makefile = (REPO / "Makefile").read_text("utf-8")
     assert re.search(r"^demo:", makefile, re.MULTILINE)
     assert re.search(r"^test:", makefile, re.MULTILINE)

@@ -545,8 +545,11 @@ async def test_a_worker_whose_connection_is_lost_while_it_registers_retries_and_
                 await worker.started.wait()
         found = db.execute("SELECT count(*) FROM cronbase.workers WHERE id = %s", [worker.id])
         assert found.fetchone() == (1,)
-        assert "registering the worker failed" in caplog.text
-        assert "registering the worker works again after 1 failures" in caplog.text
+        assert "database unreachable: registering the worker failed" in caplog.text
+        assert "database reachable again after" in caplog.text
+        assert "(registering the worker works; 1 failed tries by registering the worker" in (
+            caplog.text
+        )
     finally:
         locker.rollback()
         worker.stop()

@@ -10,7 +10,7 @@ import signal
 import click
 import pytest
 
-from cronbase.cli.main import Processes
+from cronbase.cli.run import Processes
 from cronbase.worker.supervised import CHILD_ENV, PIPE_ENV, SUPERVISOR_ENV, Supervised
 from cronbase.worker.supervisor import (
     CRASH_LOOP_EXITS,

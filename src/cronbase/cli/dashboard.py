@@ -91,7 +91,8 @@ def dashboard(
     except ImportError as exc:
         raise ConfigurationError(
             f"the dashboard needs the dashboard extra ({exc.name} is missing): "
-            "pip install 'cronbase[dashboard]'"
+            "pip install starlette jinja2 uvicorn python-multipart (cronbase's dashboard extra: "
+            "pip install -e '.[dashboard]' in its clone)"
         ) from None
     given = [v or None for v in (user, password, token)]
     auth = None if given == [None, None, None] else Credentials(*given)

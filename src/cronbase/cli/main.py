@@ -6,16 +6,13 @@ Errors a user can fix (every :class:`~cronbase.CronbaseError`, and bad options) 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
-import threading
-import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 import psycopg
@@ -25,9 +22,6 @@ from ..db import pool
 from ..errors import CronbaseError, WorkerFatalError
 from ..job import Payload
 from ..operations.retention import move_history
-from ..worker.options import WorkerOptions
-from ..worker.supervised import Supervised
-from ..worker.supervisor import Supervisor, available_cores
 
 if TYPE_CHECKING:
     from ..app import App
@@ -47,85 +41,6 @@ from .common import (
 )
 
 logger = logging.getLogger("cronbase")
-
-
-def run_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--queue`` (repeatable) and ``--concurrency``, shared by ``worker`` and ``tick``."""
-    command = click.option(
-        "--concurrency",
-        type=click.IntRange(min=1, max=INT4_MAX),
-        default=10,
-        show_default=True,
-        help="Jobs run at once.",
-    )(command)
-    return click.option(
-        "--queue",
-        "queues",
-        multiple=True,
-        metavar="Q[=N]",
-        help="Run jobs of this queue only (repeatable; default all). Q=N: at most N of its jobs "
-        "at once in this worker (then --concurrency applies to queues given without =N).",
-    )(command)
-
-
-def worker_queues(queues: tuple[str, ...], concurrency: int) -> list[str] | dict[str, int] | None:
-    """``--queue`` values: names, or a concurrency per queue when any is given as ``Q=N``."""
-    if not any("=" in q for q in queues):
-        return list(queues) or None
-    caps: dict[str, int] = {}
-    for value in queues:
-        name, _, number = value.partition("=")
-        if not number:
-            caps[name] = concurrency
-            continue
-        try:
-            caps[name] = int(number)
-        except ValueError:
-            raise click.BadParameter(
-                f"{value!r}: write a queue and its concurrency as Q=N, such as emails=5",
-                param_hint="'--queue'",
-            ) from None
-        if not 1 <= caps[name] <= INT4_MAX:
-            raise click.BadParameter(
-                f"{value!r}: a queue's concurrency is from 1 to {INT4_MAX:,}",
-                param_hint="'--queue'",
-            )
-    return caps
-
-
-# How long handler threads may take to notice the worker has stopped before the process leaves
-# without them (a sync handler cannot be interrupted; see _exit_if_handlers_linger).
-THREAD_JOIN_SECONDS = 1.0
-
-
-if TYPE_CHECKING:
-    _IntParam = click.ParamType[int]
-else:  # click < 8.3's ParamType is not generic
-    _IntParam = click.ParamType
-
-
-class Processes(_IntParam):
-    """``--processes``: a whole number from 1, or ``auto`` (the cores this process may use)."""
-
-    name = "processes"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        elif str(value).strip().lower() == "auto":
-            return available_cores()
-        else:
-            try:
-                number = int(str(value).strip())
-            except ValueError:
-                self.fail(
-                    f"{value!r} is not a number of processes: give 1 or more, or auto", param, ctx
-                )
-        if number < 1:
-            self.fail(f"{value!r}: give 1 or more processes, or auto", param, ctx)
-        return number
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -231,150 +146,6 @@ def migrate(settings: Settings, force: bool) -> None:
         # A new schema beside existing ones: say so, a typo in --schema would go unseen.
         names = ", ".join(repr(name) for name in others)
         click.echo(f"note: {app.schema!r} is a new schema; cronbase tables were already in {names}")
-
-
-@cli.command()
-@app_option
-@run_options
-@click.option("--burst", is_flag=True, help="Run what is due, then exit.")
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=1, max=65535),
-    metavar="PORT",
-    help="Serve Prometheus metrics on this port (/metrics).",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address for --metrics-port (0.0.0.0 for every interface).",
-)
-@click.option(
-    "--schedule/--no-schedule",
-    default=True,
-    show_default=True,
-    help="Also fire due schedule slots (long-running workers only).",
-)
-@seconds_option(
-    "--poll-interval",
-    "Look for due jobs this often when no notification comes (default 1).",
-    positive=True,
-)
-@seconds_option(
-    "--shutdown-grace", "On SIGTERM/SIGINT, let running jobs finish this long (default 25)."
-)
-@click.option(
-    "--processes",
-    type=Processes(),
-    metavar="N|auto",
-    help="Run N worker processes with these options under a supervisor that starts again those "
-    "that die (auto: one per core this process may use). With --burst each drains, then exits; "
-    "--metrics-port serves all of them from the supervisor.",
-)
-@click.pass_obj
-def worker(
-    settings: Settings,
-    queues: tuple[str, ...],
-    concurrency: int,
-    burst: bool,
-    metrics_port: int | None,
-    metrics_host: str,
-    schedule: bool,
-    poll_interval: timedelta | None,
-    shutdown_grace: timedelta | None,
-    processes: int | None,
-) -> int:
-    """Run jobs until SIGTERM/SIGINT.
-
-    With --burst, run what is due and exit (for a worker started by cron). A second signal exits
-    at once.
-    """
-    app = settings.app(needs_tasks=True)
-    given = {"poll_interval": poll_interval, "shutdown_grace": shutdown_grace}
-    options: dict[str, Any] = {
-        "queues": worker_queues(queues, concurrency),
-        "concurrency": concurrency,
-        "burst": burst,
-        "schedule": schedule,
-        "metrics_port": metrics_port,
-        "metrics_host": metrics_host,
-        **{k: v for k, v in given.items() if v is not None},
-    }
-    supervised = Supervised.from_environment()
-    if processes is not None and supervised is None:
-        WorkerOptions.build(**options)  # a bad option fails here once, not in every process
-        # The children run this same command line; the environment tells them they are children.
-        return Supervisor(
-            [sys.executable, "-m", "cronbase", *settings.argv],
-            processes,
-            db=app.db,
-            burst=burst,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
-        ).run()
-    if supervised is None:
-        app.run_worker(**options)
-    else:
-        # The supervisor serves the metrics of all its processes (from their files).
-        options["metrics_port"] = None
-        supervised.run(app.worker(supervisor=supervised.supervisor, **options))
-    app.close()
-    _exit_if_handlers_linger()
-    return 0
-
-
-@cli.command()
-@app_option
-@run_options
-@click.option("--no-run", is_flag=True, help="Only create the due jobs; leave them to workers.")
-@click.pass_obj
-def tick(settings: Settings, queues: tuple[str, ...], concurrency: int, no_run: bool) -> None:
-    """Fire every due schedule slot once, run what is due, exit: the line for crontab.
-
-    Safe to run every minute from several hosts at once: each slot becomes one job.
-    """
-    from ..schedule.scheduler import Scheduler
-
-    app = settings.app(needs_tasks=True)
-    scheduler = Scheduler(app.db, app.tasks, app.periodic_schedules)
-    created = asyncio.run(scheduler.tick())
-    logger.info(
-        "tick: %d new jobs from schedules (%d slot jobs due)", scheduler.fired, len(created)
-    )
-    if not no_run:
-        app.run_worker(
-            queues=worker_queues(queues, concurrency), concurrency=concurrency, burst=True
-        )
-    app.close()
-    _exit_if_handlers_linger()
-
-
-def _exit_if_handlers_linger() -> None:
-    """Leave at once when a sync handler is still running after the worker stopped.
-
-    Python cannot stop a thread, and at exit it would wait for it: a handler that ignores the
-    shutdown would hang the process. Its job was handed back (queued again) by the worker.
-    """
-    deadline = time.monotonic() + THREAD_JOIN_SECONDS
-    lingering = []
-    for thread in threading.enumerate():
-        if thread is threading.current_thread() or thread.daemon:
-            continue
-        # Idle pool threads exit as soon as they see the pool shut down.
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            lingering.append(thread.name)
-    if not lingering:
-        return
-    logger.warning(
-        "%d handler thread(s) still running after the worker stopped (%s); exiting without them",
-        len(lingering),
-        ", ".join(lingering),
-    )
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 @cli.command()

@@ -1,5 +1,5 @@
 """OpenTelemetry tracing: a producer span per defer, whose trace context is stored with the job,
-and a consumer span per attempt linked to it (``pip install cronbase[otel]``: opentelemetry-api).
+and a consumer span per attempt linked to it (the ``otel`` extra: opentelemetry-api).
 
 >>> from cronbase.contrib.opentelemetry import instrument
 >>> instrument(app)  # doctest: +SKIP
@@ -22,7 +22,8 @@ try:
 except ImportError as exc:
     raise ImportError(
         f"cronbase.contrib.opentelemetry needs opentelemetry-api ({exc}); "
-        "install it with: pip install 'cronbase[otel]'"
+        "install it with: pip install opentelemetry-api (cronbase's otel extra: pip install -e "
+        "'.[otel]' in its clone)"
     ) from exc
 
 if TYPE_CHECKING:

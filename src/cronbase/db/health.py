@@ -14,6 +14,7 @@ import psycopg
 
 from ..errors import DatabaseURLError, MigrationError
 from .migrate import LATEST_VERSION
+from .outage import OUTAGE, is_outage, one_line
 from .pool import is_connection_loss
 
 if TYPE_CHECKING:
@@ -59,14 +60,10 @@ def is_permanent_connect_error(exc: BaseException) -> bool:
     return any(marker in text for marker in _PERMANENT_CONNECT)
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-
-
 class FailureLog:
-    """A run of failures of one chore: logs the first (and each new kind), counts the rest, says
-    when it works again, and paces the retries."""
+    """A run of failures of one chore: paces the retries; logs the first (and each new kind),
+    counts the rest, says when it works again. A lost database is the process's outage
+    (``outage.py``: one line for every chore), not this chore's."""
 
     def __init__(self, what: str) -> None:
         self.what = what
@@ -74,13 +71,14 @@ class FailureLog:
         self._since = 0.0
         self._last = ""
         self._pause = PAUSE_FIRST
+        self._outage = False  # some failure of this run was the database away
 
     @property
     def duration(self) -> float:
         return time.monotonic() - self._since if self.count else 0.0
 
     def describe(self, exc: BaseException) -> str:
-        return f"{self.what} failed ({_one_line(exc)})"
+        return f"{self.what} failed ({one_line(exc)})"
 
     def failed(self, exc: BaseException) -> float:
         """Note a failure; returns how long to wait before the next try."""
@@ -88,8 +86,11 @@ class FailureLog:
             self._since = time.monotonic()
             self._pause = PAUSE_FIRST
         self.count += 1
-        line = _one_line(exc)
-        if line != self._last:
+        if is_outage(exc):
+            if not self._outage:  # the first of this run: the process's outage may begin
+                self._outage = True
+                OUTAGE.failed(self.what, exc)
+        elif (line := one_line(exc)) != self._last:
             self._last = line
             if isinstance(exc, psycopg.Error | DatabaseURLError):
                 logger.warning("%s; retrying until it works", self.describe(exc))
@@ -100,12 +101,15 @@ class FailureLog:
         return pause
 
     def succeeded(self) -> None:
-        if self.count:
+        if self._outage:
+            OUTAGE.works(self.what)
+        if self._last:  # a failure of its own, logged: say it is over
             logger.warning(
                 "%s works again after %d failures in %.1fs", self.what, self.count, self.duration
             )
         self.count = 0
         self._last = ""
+        self._outage = False
 
 
 async def connect_when_ready(db: Database, worker_id: str, *, wait: bool) -> AsyncConnectionPool:
@@ -126,7 +130,7 @@ async def connect_when_ready(db: Database, worker_id: str, *, wait: bool) -> Asy
                     version,
                     LATEST_VERSION,
                 )
-            return await db.open_async_pool(
+            opened = await db.open_async_pool(
                 name=f"cronbase-worker {worker_id}",
                 min_size=min(2, db.pool_size),
                 max_size=db.pool_size,
@@ -134,6 +138,8 @@ async def connect_when_ready(db: Database, worker_id: str, *, wait: bool) -> Asy
                 # pool try to connect again at once rather than after its backoff.
                 wait_seconds=5.0,
             )
+            failures.succeeded()
+            return opened
         except MigrationError:
             raise
         except (DatabaseURLError, psycopg.OperationalError) as exc:

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 import psycopg
 from psycopg import sql
 
+from .outage import OUTAGE, first_failure
+
 logger = logging.getLogger("cronbase")
 
 # The longest pause between reconnects: after a restart the listener is back within about this
@@ -58,7 +60,9 @@ class Notifier:
                 conn = await self._connect()
             except Exception as exc:
                 if delay == RETRY_FIRST:  # once per outage, not once a second
-                    logger.warning("listen connection failed (%s); retrying until it works", exc)
+                    first_failure(
+                        "listening", exc, "listen connection failed (%s); retrying until it works"
+                    )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
                 continue
@@ -67,6 +71,7 @@ class Notifier:
                 self.backend_pid = conn.info.backend_pid
                 self.connections_made += 1
                 if self.connections_made > 1:
+                    OUTAGE.works("listening")
                     logger.info("listen connection re-established")
                     # Anything enqueued while we were away sent its notification to nobody.
                     self._on_reconnect()
@@ -77,7 +82,7 @@ class Notifier:
             except Exception as exc:
                 # Not only OperationalError: whatever ends the listen, the notifier must live on,
                 # or the worker silently falls back to polling for good.
-                logger.warning("listen connection lost (%s); reconnecting", str(exc).strip())
+                first_failure("listening", exc, "listen connection lost (%s); reconnecting")
             finally:
                 self.listening.clear()
                 self.backend_pid = None

@@ -199,6 +199,7 @@ class Queries:
     count_jobs_by_status: bytes
     register_worker: bytes
     unregister_worker: bytes
+    connection_room: bytes
     list_workers: bytes
     worker_overview: bytes
     list_scheduled_jobs: bytes

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..db.outage import first_failure
 from ..durations import DurationLike, duration, optional_duration
 from ..errors import InvalidValueError
 from ..job import JobStatus
@@ -255,6 +256,6 @@ async def run_retention(pool: AsyncConnectionPool, db: Database, retention: Rete
                 # (an Exception): the worker is stopping, so this round is the last.
                 raise asyncio.CancelledError from exc
             if not failing:  # once per run of failures, not every round
-                logger.warning("retention round failed (%s); retrying next round", exc)
+                first_failure("retention", exc, "retention round failed (%s); retrying next round")
             failing = True
         await asyncio.sleep(retention.interval.total_seconds())

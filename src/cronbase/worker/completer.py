@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from ..db.outage import OUTAGE, first_failure
 from .claim import ClaimedJob, done_params
 from .outcomes import Outcome
 
@@ -236,16 +237,18 @@ class Completer:
                     # The database is away, or refuses us for now (restart, failover, grants):
                     # keep the outcomes and try again; the fence keeps retries safe.
                     if delay == RETRY_FIRST:  # once per run of failures
-                        logger.warning(
-                            "recording %d outcomes failed (%s); retrying",
-                            len(batch),
-                            str(exc).strip(),
+                        first_failure(
+                            "recording outcomes",
+                            exc,
+                            f"recording {len(batch)} outcomes failed (%s); retrying",
                         )
                     self._in_flight = _without(self._in_flight, batch)
                     self._pending[:0] = batch
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX)
                     continue
+                if delay != RETRY_FIRST:
+                    OUTAGE.works("recording outcomes")
                 delay = RETRY_FIRST
                 self._in_flight = _without(self._in_flight, batch)
             self._land([])

@@ -173,7 +173,7 @@ def _log_unusual(job: ClaimedJob, verdict: Verdict) -> None:
             job.task,
             type(exc).__name__,
         )
-    elif verdict.outcome in ("released", "lost"):
+    elif verdict.outcome == "lost":  # a hand-back is logged when it is written (completer.py)
         logger.warning("%s", exc)
 
 

@@ -6,7 +6,8 @@ Children are spawned (never forked: the worker holds threads and connections a f
 half-way), import the task's module, and serve one attempt at a time over a pipe: the payload
 goes in as JSON text, the result comes back as JSON text, an exception as its type, message and
 traceback. A child that finished an attempt waits for the next one (a spawn costs ~0.3 s); one
-that was killed is replaced on the next attempt.
+that was killed is replaced on the next attempt. The timeout runs from when the handler starts in
+the child (it says "started"), not from the spawn: the child's start has its own limit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import traceback
@@ -34,8 +36,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cronbase")
 
 _SPAWN = multiprocessing.get_context("spawn")
+# What a stop signal is to the worker (signals.py); a child ignores them all.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
 # How often a waiting thread looks whether its child was killed from the loop.
 _POLL = 0.2
+# The timeout is the handler's: it runs from the child's "started", sent as its handler starts.
+# Before that the child starts (a spawn, the interpreter, the task's imports: 0.3 s idle, several
+# seconds on a loaded host or with heavy imports), bounded by this or the timeout, whichever is
+# longer (so whatever started within the timeout before still does).
+STARTUP_LIMIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,11 @@ class Children:
                 name=f"cronbase-isolated-{job.task}",
                 daemon=True,
             )
+            # Born with the stop signals blocked (a mask outlives fork and exec; this thread is
+            # not the one Python handles signals in), until child_main ignores them: a SIGTERM
+            # to the whole process group (GNU timeout, systemd, Ctrl-C) is the worker's to
+            # handle, not a death of the attempt the child runs, even while it starts.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             process.start()
             there.close()
             child = _Child(process, parent)
@@ -143,10 +157,18 @@ class Children:
         timeout: float | None,
         on_progress: Callable[[float, str | None], None],
     ) -> Remote:
-        """Run ``job`` in a child (blocking: call from a worker thread); Killed at ``timeout``
-        seconds, or when :meth:`kill` is called for the job."""
+        """Run ``job`` in a child (blocking: call from a worker thread); Killed ``timeout``
+        seconds after its handler started, when the child's start takes longer than its limit
+        (STARTUP_LIMIT), or when :meth:`kill` is called for the job."""
         child = self._take(job)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = overdue = None  # no timeout, no limit (and no start-up limit)
+        if timeout is not None:
+            start_limit = max(STARTUP_LIMIT, timeout)
+            deadline = time.monotonic() + start_limit
+            overdue = (
+                f"its process was killed after {start_limit:g}s of start-up (spawning it, "
+                "importing the task's module)"
+            )
         try:
             module, qualname = handler_path(task)
             request = {
@@ -170,7 +192,7 @@ class Children:
             while True:
                 wait = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
                 if wait <= 0:
-                    child.kill(f"its timeout of {timeout:g}s passed")
+                    child.kill(overdue or "")
                     raise Killed(child.kill_reason or "")
                 if child.kill_reason is not None:
                     raise Killed(child.kill_reason)
@@ -182,6 +204,11 @@ class Children:
                     message = child.conn.recv()
                 except (EOFError, OSError):
                     raise Killed(child.kill_reason or _death(child)) from None
+                if message[0] == "started":
+                    if timeout is not None:
+                        deadline = time.monotonic() + timeout
+                        overdue = f"its timeout of {timeout:g}s passed"
+                    continue
                 if message[0] == "progress":
                     on_progress(message[1], message[2])
                     continue
@@ -215,8 +242,6 @@ def _death(child: _Child) -> str:
     child.process.join(timeout=1)
     code = child.process.exitcode
     if code is not None and code < 0:
-        import signal
-
         with contextlib.suppress(ValueError):
             return f"its process died of {signal.Signals(-code).name}"
     return f"its process exited with status {code}"
@@ -232,6 +257,9 @@ def child_main(conn: Connection, database_url: str | None, log_level: int) -> No
         # server: the child's App, made by importing the same module, then finds the same one.
         os.environ["CRONBASE_DATABASE_URL"] = database_url
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    for sig in STOP_SIGNALS:  # the worker decides when its child ends (it kills it)
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     while True:
         try:
             request = conn.recv()
@@ -297,6 +325,7 @@ def _serve(request: dict[str, Any], conn: Connection) -> dict[str, Any]:
         kwargs = task.arguments(payload)
     except PayloadError as exc:
         return {"kind": "payload", "message": str(exc)}
+    conn.send(("started",))  # the handler's timeout runs from here
     try:
         returned = task.hooks.call(context, task.func, kwargs)
     except Suspend as exc:

@@ -13,6 +13,8 @@ from ..errors import ConfigurationError
 from ..operations.retention import Retention
 
 DEFAULT_RETENTION = Retention()
+# Retention not given: a long-running worker prunes by DEFAULT_RETENTION, a burst one not at all.
+_UNSET = Retention(interval=timedelta(days=1))
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class WorkerOptions:
     # before the worker hands back its jobs and exits.
     fatal_after: float
     # A long-running worker also fires due schedule slots and prunes old finished jobs (one
-    # worker at a time); a burst worker does neither (`cronbase tick` ticks, then drains).
+    # worker at a time); a burst worker fires none, and prunes once as it ends when given a
+    # retention (`cronbase tick` ticks, then drains and prunes).
     schedule: bool
     retention: Retention | None
     metrics_port: int | None
@@ -48,7 +51,7 @@ class WorkerOptions:
         shutdown_grace: DurationLike = timedelta(seconds=25),
         install_signal_handlers: bool = True,
         schedule: bool = True,
-        retention: Retention | None = DEFAULT_RETENTION,
+        retention: Retention | None = _UNSET,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         fatal_after: DurationLike = timedelta(seconds=30),
@@ -92,7 +95,7 @@ class WorkerOptions:
             shutdown_grace=duration("shutdown_grace", shutdown_grace).total_seconds(),
             fatal_after=duration("fatal_after", fatal_after).total_seconds(),
             schedule=schedule and not burst,
-            retention=None if burst else retention,
+            retention=(None if burst else DEFAULT_RETENTION) if retention is _UNSET else retention,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             install_signal_handlers=install_signal_handlers,

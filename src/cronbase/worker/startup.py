@@ -1,6 +1,6 @@
 """A worker's start: what :meth:`Worker.run` opens and starts before its loop, each step undone
 by the worker's ``AsyncExitStack`` in reverse (pgqueuer's ``qm.run`` holds its helpers the same
-way): the pool, the registration, the metrics server, the signal handlers, and the helpers that
+way): the pool, the registration, the metrics server, and the helpers that
 run beside the loop until it ends.
 """
 
@@ -12,7 +12,6 @@ import functools
 import importlib.metadata
 import logging
 import os
-import signal
 import socket
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from ..db.notifier import Notifier
 from ..db.pool import describe as describe_url
 from ..operations.metrics import serve as serve_metrics
 from ..operations.metrics import stop as stop_metrics
-from ..operations.retention import run_retention
+from ..operations.retention import Retention, prune_once, run_retention
 from ..schedule.scheduler import Scheduler
 from .claim import claimable_names
 from .claimer import Claimer
@@ -38,6 +37,7 @@ from .reaper import Reaper
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
+    from ..db.database import Database
     from .worker import Worker
 
 logger = logging.getLogger("cronbase")
@@ -75,10 +75,6 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         await _unregister(self, pool)
         raise
     stack.push_async_callback(_unregister, self, pool)
-    if o.install_signal_handlers:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(sig, self._on_signal, sig)
-            stack.callback(asyncio.get_running_loop().remove_signal_handler, sig)
     self._completer = Completer(pool, self.db.queries, self.id, self.metrics)
     self._claimer = Claimer(
         pool,
@@ -136,9 +132,12 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
             o.poll_interval,
         )
     if o.schedule:
-        helpers["scheduler"] = Scheduler(self.db, self.tasks, self.periodic).run()
-    if o.retention is not None:
+        scheduler = Scheduler(self.db, self.tasks, self.periodic, queues=o.queues)
+        helpers["scheduler"] = scheduler.run()
+    if o.retention is not None and not o.burst:
         helpers["retention"] = run_retention(pool, self.db, o.retention)
+    elif o.retention is not None:
+        stack.push_async_callback(_last_retention_round, pool, self.db, o.retention)
     tasks = [asyncio.create_task(h, name=f"cronbase-{n}") for n, h in helpers.items()]
     stack.push_async_callback(_cancel, tasks)
     logger.info(
@@ -190,3 +189,18 @@ async def _unregister(self: Worker, pool: AsyncConnectionPool) -> None:
             await conn.execute(self.db.queries.unregister_worker, {"id": self.id})
     except Exception as exc:  # the database may be what failed; do not hide the cause
         logger.warning("could not unregister worker %s: %s", self.id, exc)
+
+
+# How long a burst worker's one retention round may take as it ends (the rest is the next one's).
+LAST_ROUND_SECONDS = 60.0
+
+
+async def _last_retention_round(pool: AsyncConnectionPool, db: Database, kept: Retention) -> None:
+    """A burst worker's retention, once, as it ends (cron's tick keeps the history bounded so):
+    bounded in time, and never the reason the worker fails."""
+    try:
+        async with asyncio.timeout(LAST_ROUND_SECONDS):
+            if await prune_once(pool, db, kept) is None:
+                logger.info("retention: another worker is pruning; skipped")
+    except Exception as exc:
+        logger.warning("retention round failed (%s); the next run tries again", exc)

@@ -1,6 +1,6 @@
 """A worker process run by a supervisor (``supervisor.py``): what the supervisor tells it through
-its environment, and the pipe on which anything, or its end, means "stop" (the supervisor asks,
-or is gone).
+its environment, and the pipe on which it says "stop" or "stop now" (QUIT), and whose end before
+either means the supervisor is gone (stop).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ logger = logging.getLogger("cronbase")
 SUPERVISOR_ENV = "CRONBASE_SUPERVISOR"  # its id, host:pid (the workers row's supervisor)
 CHILD_ENV = "CRONBASE_SUPERVISOR_CHILD"  # which of its processes this is, from 1
 PIPE_ENV = "CRONBASE_SUPERVISOR_PIPE"  # the read end of the pipe only the supervisor writes
-# What the supervisor writes on the pipe when it asks its processes to stop.
+# What the supervisor writes on the pipe when it asks its processes to stop (gracefully), and to
+# stop now (hand back the running jobs at once).
 STOP = b"stop"
+QUIT = b"quit"
 
 
 @dataclass(frozen=True)
@@ -52,44 +54,47 @@ class Supervised:
 
     async def _run(self, worker: Worker) -> None:
         loop = asyncio.get_running_loop()
-        running = asyncio.create_task(worker.run(), name="cronbase-worker")
-        # Before the worker has started (waiting for an unreachable database, say) there is
-        # nothing to finish: it is cancelled, and its start undoes what it did.
-        cancelled = False
+        said: set[bytes] = set()
 
         def on_readable() -> None:
-            nonlocal cancelled
             try:
                 data = os.read(self.pipe, 64)
             except BlockingIOError:
                 return
             except OSError:
                 data = b""
-            loop.remove_reader(self.pipe)
-            # A word on the pipe, not a signal: a SIGTERM that reaches this process besides
-            # (systemd's KillMode=control-group, a terminal's Ctrl-C to the process group) is
-            # then the first signal the worker sees, and stops it gracefully too; two signals
-            # would stop it at once. The supervisor writes STOP before it closes its end; an
-            # end without it is the kernel's, closing the files of a supervisor that died.
-            logger.info(
-                "supervisor %s %s: no more claims; running jobs get the grace period (%.0fs)",
-                self.supervisor,
-                "asks to stop" if data.startswith(STOP) else "is gone",
-                worker.options.shutdown_grace,
-            )
-            worker.stop()
-            if not worker.started.is_set():
-                cancelled = True
-                running.cancel()
+            # Words on the pipe, not signals: a SIGTERM that reaches this process besides
+            # (systemd's KillMode=control-group, a terminal's Ctrl-C to the process group) is the
+            # same request again, which the worker takes as one. The supervisor writes STOP,
+            # then perhaps QUIT, and closes its end when this process has exited; an end before
+            # that is the kernel's, closing the files of a supervisor that died.
+            if not data:
+                loop.remove_reader(self.pipe)
+                if not said:
+                    self._say(worker, "is gone", now=False)
+                return
+            for word, now in ((STOP, False), (QUIT, True)):
+                if word in data and word not in said:
+                    said.add(word)
+                    self._say(worker, "asks to stop now" if now else "asks to stop", now=now)
 
         os.set_blocking(self.pipe, False)
         loop.add_reader(self.pipe, on_readable)
         try:
-            await running
-        except asyncio.CancelledError:
-            if not cancelled:
-                raise
+            await worker.run()
         finally:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(self.pipe)
             os.close(self.pipe)
+
+    def _say(self, worker: Worker, what: str, *, now: bool) -> None:
+        logger.info(
+            "supervisor %s %s: %s",
+            self.supervisor,
+            what,
+            "handing back the running jobs"
+            if now
+            else f"no more claims; running jobs get the grace period "
+            f"({worker.options.shutdown_grace:.0f}s)",
+        )
+        worker.stop(now=now)

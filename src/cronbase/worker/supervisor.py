@@ -17,18 +17,19 @@ worker --processes N``), starts again those that die, and stops them all on SIGT
    cause is often outside (a deploy half done, a migration not run yet), and a fleet that stops
    itself stops serving; the delay caps its cost at one start a minute. In burst mode children
    are not started again: each drains what is due and exits.
-3. **Stop.** On SIGTERM or SIGINT, write STOP on every pipe and close it: each child stops as
-   on its own SIGTERM (no more claims, running jobs get the grace period, the rest is handed
-   back). A second signal SIGKILLs them and exits at once (128 + the signal). Otherwise the
-   exit status is the worst of the children's last ones (a child waiting to start again counts
-   with the exit that put it there): 0 when every child stopped cleanly.
+3. **Stop.** On SIGTERM, SIGINT or SIGHUP, write STOP on every pipe: each child stops as on its
+   own SIGTERM (no more claims, running jobs get the grace period, the rest is handed back).
+   Repeated signals are the same request (``signals.py``); SIGQUIT writes QUIT: each child hands
+   back its running jobs at once and exits. A child still there long after its grace period
+   (``STOP_BOUND``: its event loop is stuck) is SIGKILLed, the one kill. The exit status is the
+   worst of the children's last ones (a child waiting to start again counts with the exit that
+   put it there): 0 when every child stopped cleanly.
 
 The pipe also keeps children from outliving their supervisor: when it dies, even by SIGKILL,
 the kernel closes its end and each child stops gracefully (the end without STOP says "gone").
 Unlike PR_SET_PDEATHSIG, this works beyond Linux, has no window between the child's start and
-its setting it up, and is not a signal: a SIGTERM sent to the whole process group (systemd's
-default KillMode, Ctrl-C in a terminal) is then each child's first, not a second that would
-stop it at once.
+its setting it up, and is not a signal: a child that also gets the SIGTERM sent to the whole
+process group (systemd's default KillMode, Ctrl-C in a terminal, GNU timeout) hears one request.
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ..db.outage import OUTAGE, fold_pool_noise
 from ..operations.metrics import serve as serve_metrics
 from ..operations.metrics import stop as stop_metrics
 from ..operations.metrics import supervisor_registry
-from .supervised import CHILD_ENV, PIPE_ENV, STOP, SUPERVISOR_ENV
+from .signals import HINT, StopRequests
+from .supervised import CHILD_ENV, PIPE_ENV, QUIT, STOP, SUPERVISOR_ENV
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -73,6 +76,10 @@ CRASH_LOOP_EXITS = 3
 CRASH_LOOP_WINDOW = 300.0
 # The exit status of a child whose start failed (the command could not be run).
 START_FAILED = 127
+# How long a stopping child may take beyond twice its grace period (the jobs' grace, then the
+# last outcomes' write, bounded by the same) before it is killed: only a child whose event
+# loop is stuck takes that long. After a stop now (QUIT), this alone.
+STOP_BOUND = 60.0
 
 
 def available_cores() -> int:
@@ -141,14 +148,16 @@ class Child:
     status: int | None = None
     restarts: Restarts = field(default_factory=Restarts)
 
-    def close_pipe(self, *, stop: bool = False) -> None:
-        """Close its end of the pipe; with ``stop``, say STOP first (else its end says the
-        supervisor is gone)."""
+    def say(self, word: bytes) -> None:
+        """Write ``word`` (STOP, QUIT) on its pipe."""
         if self.pipe is not None:
-            if stop:
-                # A few bytes into an empty pipe: written at once, never blocking.
-                with contextlib.suppress(OSError):  # it may have exited already
-                    os.write(self.pipe, STOP)
+            # A few bytes into a pipe nobody else writes: written at once, never blocking.
+            with contextlib.suppress(OSError):  # it may have exited already
+                os.write(self.pipe, word)
+
+    def close_pipe(self) -> None:
+        """Close its end of the pipe (the process has exited)."""
+        if self.pipe is not None:
             os.close(self.pipe)
             self.pipe = None
 
@@ -166,6 +175,7 @@ class Supervisor:
         burst: bool = False,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        shutdown_grace: float = 25.0,
         environment: Mapping[str, str] | None = None,
     ) -> None:
         if processes < 1:
@@ -178,9 +188,12 @@ class Supervisor:
         self.id = f"{socket.gethostname()}:{os.getpid()}"
         self.children = [Child(number) for number in range(1, processes + 1)]
         self._environment = dict(os.environ if environment is None else environment)
+        self.shutdown_grace = shutdown_grace
         self._stopping = asyncio.Event()
-        self._signals = 0
-        self._killed_by: int | None = None
+        self._requests = StopRequests(self._on_stop, f"supervisor {self.id}")
+        # When a child still running is killed (STOP_BOUND), once a stop was asked.
+        self._kill_at: float | None = None
+        self._kill_at_changed = asyncio.Event()
 
     def run(self) -> int:
         return asyncio.run(self._run())
@@ -188,6 +201,8 @@ class Supervisor:
     async def _run(self) -> int:
         with contextlib.ExitStack() as stack:
             self._environment[SUPERVISOR_ENV] = self.id
+            fold_pool_noise()
+            stack.enter_context(OUTAGE.watched())
             if self.metrics_port is not None:
                 folder = tempfile.mkdtemp(prefix="cronbase-metrics-")
                 stack.callback(shutil.rmtree, folder, ignore_errors=True)
@@ -196,19 +211,16 @@ class Supervisor:
                 registry = supervisor_registry(self.db, folder, SupervisorCollector(self))
                 server = serve_metrics(self.metrics_port, self.metrics_host, registry)
                 stack.callback(stop_metrics, server)
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                stack.callback(loop.remove_signal_handler, sig)
+            self._requests.install(asyncio.get_running_loop(), stack)
             logger.info(
                 "supervisor %s: starting %d worker processes%s",
                 self.id,
                 len(self.children),
                 " (burst: each drains, then exits)" if self.burst else "",
             )
+            watch = asyncio.create_task(self._kill_when_overdue())
             await asyncio.gather(*(self._keep(child) for child in self.children))
-        if self._killed_by is not None:
-            return 128 + self._killed_by
+            watch.cancel()
         statuses = [child.status or 0 for child in self.children]
         worst = max(statuses)
         logger.info(
@@ -273,11 +285,11 @@ class Supervisor:
         finally:
             os.close(read)
         child.process, child.pipe, child.running_since = process, write, time.monotonic()
-        # A signal that came while it was being started did not reach it: pass it on now.
-        if self._stopping.is_set():
-            child.close_pipe(stop=True)
-        if self._killed_by is not None:
-            process.kill()
+        # A request that came while it was being started did not reach it: pass it on now.
+        if self._requests.graceful:
+            child.say(STOP)
+        if self._requests.now:
+            child.say(QUIT)
         logger.info("worker process %d started: pid %d", child.number, process.pid)
         try:
             return await process.wait()
@@ -285,27 +297,54 @@ class Supervisor:
             child.close_pipe()
             child.process = child.running_since = None
 
-    def _on_signal(self, signum: int) -> None:
-        self._signals += 1
-        name = signal.Signals(signum).name
+    def _on_stop(self, now: bool, name: str) -> None:
         running = [child for child in self.children if child.process is not None]
-        if self._signals == 1:
+        at = time.monotonic()
+        if now:
             logger.info(
-                "%s: stopping %d worker processes (each finishes its running jobs within its "
-                "grace period; a second signal kills them)",
+                "%s: worker processes hand back their running jobs now, then exit (%d running)",
                 name,
                 len(running),
             )
-            self._stopping.set()
-            for child in self.children:
-                child.close_pipe(stop=True)
-            return
-        logger.warning("second %s: killing %d worker processes, exiting now", name, len(running))
-        self._killed_by = signum
-        for child in running:
-            assert child.process is not None
+            bound = at + STOP_BOUND
+        else:
+            logger.info(
+                "%s: stopping %d worker processes (each finishes its running jobs within its "
+                "grace period of %.0fs); %s",
+                name,
+                len(running),
+                self.shutdown_grace,
+                HINT,
+            )
+            bound = at + 2 * self.shutdown_grace + STOP_BOUND
+        self._kill_at = bound if self._kill_at is None else min(self._kill_at, bound)
+        self._kill_at_changed.set()
+        self._stopping.set()
+        for child in self.children:
+            child.say(QUIT if now else STOP)
+
+    async def _kill_when_overdue(self) -> None:
+        """Once a stop was asked, SIGKILL the children still running at ``_kill_at``."""
+        await self._stopping.wait()
+        while self._kill_at is not None and (wait := self._kill_at - time.monotonic()) > 0:
+            self._kill_at_changed.clear()  # a stop now (QUIT) brings it closer
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._kill_at_changed.wait()
+        overdue = [child for child in self.children if child.process is not None]
+        for child in overdue:
+            process = child.process
+            if process is None:
+                continue
+            logger.error(
+                "worker process %d (pid %d) has not stopped long after it was asked to (twice "
+                "its grace period and %.0fs); killing it: its running jobs wait for their leases",
+                child.number,
+                process.pid,
+                STOP_BOUND,
+            )
             with contextlib.suppress(ProcessLookupError):
-                child.process.kill()
+                process.kill()
 
 
 class SupervisorCollector(Collector):

@@ -20,9 +20,12 @@
    interval, or a limit with room. An error pauses the loop (logged once per run of failures); only a fatal one (schema gone,
    permission denied) that lasts ``fatal_after`` ends it: the worker hands back its jobs and
    raises :class:`~cronbase.WorkerFatalError`.
-3. **Stop** on SIGTERM/SIGINT (or :meth:`Worker.stop`): no more claims; running jobs get the
-   grace period; what still runs is handed back (queued again, attempt not counted); pending
-   outcomes are written; the helpers stop; the worker unregisters. A second signal exits at once.
+3. **Stop** on SIGTERM, SIGINT or SIGHUP (or :meth:`Worker.stop`): no more claims; running
+   jobs get the grace period; what still runs is handed back (queued again, attempt not
+   counted); pending outcomes are written; the helpers stop; the worker unregisters. Repeated
+   signals are the same request (``signals.py``: deploy tools send several); SIGQUIT (or
+   ``stop(now=True)``) hands the running jobs back at once. No signal but SIGKILL costs an
+   attempt. A stop that comes while the worker is still starting ends the start.
 
 In burst mode the loop ends when nothing is due and nothing runs: "cron wakes a worker".
 Database time (``now()``) decides due-ness and leases; this process's clock only paces waits.
@@ -36,7 +39,6 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import socket
 import sys
 from collections.abc import Coroutine, Mapping
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..db.health import FailureLog, is_fatal
 from ..db.notifier import Notifier
+from ..db.outage import OUTAGE, fold_pool_noise
 from ..db.pool import is_connection_loss
 from ..errors import WorkerFatalError
 from ..logs import install_job_context
@@ -58,6 +61,7 @@ from .isolation import Children
 from .options import WorkerOptions
 from .outcomes import Outcome
 from .overruns import Overruns
+from .signals import HINT, StopRequests
 from .startup import start
 
 if TYPE_CHECKING:
@@ -136,7 +140,9 @@ class Worker:
         # Set when the loop should look for work again (notification, free slot, stop).
         self._wake = asyncio.Event()
         self._stopping = False
-        self._signals = 0
+        # Set by stop(now=True): the grace period ends at once.
+        self._now = asyncio.Event()
+        self._starting: asyncio.Task[None] | None = None
         # Keyed by the attempt (ClaimedJob compares by identity), not job id: an attempt whose
         # lease was lost may still be running in its thread when this worker claims the same job
         # again. Identity hashing is also cheaper than hashing a UUID, twice a job.
@@ -152,10 +158,16 @@ class Worker:
         self._children: Children | None = None
         self._runtime: Runtime
 
-    def stop(self) -> None:
-        """Ask for a graceful stop: no new claims; running jobs get the grace period."""
+    def stop(self, *, now: bool = False) -> None:
+        """Ask for a graceful stop: no new claims; running jobs get the grace period. With
+        ``now``, they are handed back at once (queued again, the attempt not counted). Before
+        the worker has started, either ends its start (nothing is held yet)."""
         self._stopping = True
+        if now:
+            self._now.set()
         self._wake.set()
+        if self._starting is not None and not self.started.is_set():
+            self._starting.cancel()
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -163,8 +175,16 @@ class Worker:
         """Run until stopped (or, in burst mode, until nothing is due); see the module docstring."""
         self._event_loop = asyncio.get_running_loop()
         install_job_context()  # handlers' log records carry job_id, task and attempt
+        fold_pool_noise()  # an outage is one line (and one when it is over), not one a retry
         async with contextlib.AsyncExitStack() as stack:
-            await start(self, stack)
+            stack.enter_context(OUTAGE.watched())
+            if self.options.install_signal_handlers:
+                # First: a signal that comes while the worker connects or registers is a stop
+                # too, not Python's default (SIGTERM ends the process where it stands).
+                requests = StopRequests(self._on_stop_signal, f"worker {self.id}")
+                requests.install(asyncio.get_running_loop(), stack)
+            if not await self._start(stack):
+                return
             try:
                 await self._loop()
             except Exception as exc:
@@ -177,6 +197,24 @@ class Worker:
                 raise
             await self._shutdown(grace=self.options.shutdown_grace)
         logger.info("worker %s stopped: %d jobs claimed", self.id, self.claimed)
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> bool:
+        """Start (``startup.py``) in a task of its own, which a stop before it is done cancels
+        (waiting for an unreachable database, say): False then, with what it did undone."""
+        if self._stopping:  # asked before run() began
+            return False
+        self._starting = asyncio.ensure_future(start(self, stack))
+        try:
+            await self._starting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self._stopping or (current is not None and current.cancelling()):
+                raise  # not a stop request: whoever cancelled run() is to hear of it
+            logger.info("worker %s stopped before it started", self.id)
+            return False
+        finally:
+            self._starting = None
+        return True
 
     async def _loop(self) -> None:
         failures = FailureLog("claiming jobs")
@@ -291,8 +329,16 @@ class Worker:
 
     async def _shutdown(self, grace: float) -> None:
         tasks = list(self._running.values())
-        if tasks and grace > 0:
-            await asyncio.wait(tasks, timeout=grace)
+        if tasks and grace > 0 and not self._now.is_set():
+            # Until they are all done, the grace period is over, or stop(now=True). Cancelling
+            # asyncio.wait() leaves the jobs' tasks alone.
+            waits = [
+                asyncio.ensure_future(asyncio.wait(tasks)),
+                asyncio.ensure_future(self._now.wait()),
+            ]
+            await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
         leftover = [(job, task) for job, task in self._running.items() if not task.done()]
         if leftover:
             logger.warning(
@@ -312,7 +358,8 @@ class Worker:
         try:
             # Bounded: with the database gone for good the completer would retry forever. What
             # it could not write runs again when its leases expire (the fence keeps that safe).
-            async with asyncio.timeout(max(grace, DRAIN_TIMEOUT)):
+            drain = DRAIN_TIMEOUT if self._now.is_set() else max(grace, DRAIN_TIMEOUT)
+            async with asyncio.timeout(drain):
                 await self._completer.drain()
         except TimeoutError:
             logger.warning(
@@ -323,18 +370,20 @@ class Worker:
 
     # -- what the helpers tell the worker --------------------------------------------------------
 
-    def _on_signal(self, signum: int) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            logger.warning("second %s: exiting now", signal.Signals(signum).name)
-            os._exit(128 + signum)
-        logger.info(
-            "%s: finishing %d running jobs (grace %.0fs), then exiting",
-            signal.Signals(signum).name,
-            len(self._running),
-            self.options.shutdown_grace,
-        )
-        self.stop()
+    def _on_stop_signal(self, now: bool, name: str) -> None:
+        if now:
+            logger.info(
+                "%s: handing back %d running jobs now, then exiting", name, len(self._running)
+            )
+        else:
+            logger.info(
+                "%s: finishing %d running jobs (grace %.0fs), then exiting; %s",
+                name,
+                len(self._running),
+                self.options.shutdown_grace,
+                HINT,
+            )
+        self.stop(now=now)
 
     def _on_notify(self, queue: str) -> None:
         if self.options.queues is None or queue in self.options.queues:

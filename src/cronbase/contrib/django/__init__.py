@@ -1,4 +1,4 @@
-"""Django integration (``pip install 'cronbase[django]'``).
+"""Django integration (the ``django`` extra: ``pip install -e '.[django]'`` in cronbase's clone).
 
 Add ``"cronbase.contrib.django"`` to ``INSTALLED_APPS``; ``settings.CRONBASE`` says which App:
 ``{"DATABASE": "default"}`` (the default) builds one on that database, ``{"APP": "pkg.mod:app"}``

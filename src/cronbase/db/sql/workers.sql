@@ -27,10 +27,16 @@ ORDER BY started_at;
 -- name: list_unserved_jobs
 -- Due waiting jobs that no live worker will claim: no worker seen within %(live_within)s serves
 -- both their queue and their task (a worker with NULL tasks, older code, claims any task). They
--- wait for a worker that knows the task: a deploy not finished, a task renamed, a typo.
+-- wait for a worker that knows the task (a deploy not finished, a task renamed, a typo), or, when
+-- live workers know it, for one that serves their queue: task_queues names the queues those
+-- workers serve (NULL: no live worker knows the task), so the operator is told which it is.
 -- A job of version N >= 2 of its task (migration 0018) is named "task@N", as claims match it: it
 -- is unserved while no live worker has that version of the task.
-SELECT v.task, j.queue, count(*) AS waiting, min(j.run_at) AS oldest_run_at
+SELECT v.task, j.queue, count(*) AS waiting, min(j.run_at) AS oldest_run_at,
+       (SELECT array_agg(DISTINCT q.queue ORDER BY q.queue)
+        FROM {schema}.workers w CROSS JOIN unnest(w.queues) AS q(queue)
+        WHERE w.last_seen_at > now() - %(live_within)s::interval
+          AND (w.tasks IS NULL OR v.task = ANY (w.tasks))) AS task_queues
 FROM {schema}.jobs j
 CROSS JOIN LATERAL (SELECT CASE WHEN j.task_version IS NULL THEN j.task ELSE j.task || '@' || j.task_version END AS task) v
 WHERE j.status IN ('queued', 'failed') AND j.run_at <= now()
@@ -71,3 +77,13 @@ ORDER BY bool_or(w.last_seen_at > now() - %(live_within)s::interval)
              OVER (PARTITION BY w.hostname, w.supervisor) DESC,
          w.hostname, w.supervisor NULLS FIRST,
          w.last_seen_at > now() - %(live_within)s::interval DESC, w.started_at;
+
+-- name: connection_room
+-- What a worker command weighs its connections against before it starts (worker/capacity.py):
+-- the server's max_connections, the slots kept for superusers (and, on PostgreSQL 16+, for
+-- roles with pg_use_reserved_connections), and the client backends connected now. Settings
+-- and pg_stat_activity only; current_setting(.., true) is NULL where a setting does not exist.
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int
+         + COALESCE(current_setting('reserved_connections', true)::int, 0) AS reserved,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS in_use;
