@@ -67,6 +67,7 @@ READ_ONLY: dict[str, tuple[str, ...]] = {
     "effects show": ("effects", "show", "{effect}"),
     "grants": ("grants", "{role}"),  # without --apply: prints the statements
     "prune": ("prune", "--older-than", "1d", "--dry-run"),
+    "sql": ("sql", "claim_jobs"),  # prints statements: reads no database at all
 }
 
 

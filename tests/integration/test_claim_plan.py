@@ -1,9 +1,10 @@
 """The hot statements' plans on a table that has lived a while (bench/README.md, workload 4).
 
-A claim must walk jobs_due_idx (waiting rows only) in order and stop after ``limit`` rows, however
-many finished and future rows the table holds; completing a batch must probe the primary key once
-per outcome. Both are checked in the custom plan (EXPLAIN with parameters) and in the generic plan
-a prepared statement ends up with (psycopg prepares a statement on its fifth use).
+The plain claim reads jobs by key only (its tickets' jobs, the tick's ranges: migration 0020),
+however many finished and future rows the table holds; completing a batch must probe the primary
+key once per outcome; the fair claim probes its indexes. Each is checked in the custom plan
+(EXPLAIN with parameters) and in the generic plan a prepared statement ends up with (psycopg
+prepares a statement on its fifth use).
 """
 
 from __future__ import annotations
@@ -103,32 +104,41 @@ def scans_of_jobs(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     ]
 
 
-def assert_ordered_walk(nodes: list[dict[str, Any]], indexes: set[str]) -> None:
-    """The rows are picked by one ordered walk of a partial index of waiting jobs (the other scan
-    is the UPDATE's primary-key probe per picked row): no sequential or bitmap scan, no sort."""
+# What the plain claim may read of cronbase.jobs (migration 0020): the primary key (the jobs its
+# tickets name, the successes it carries), and the tick's two ranges (the jobs of the
+# transactions since the last tick; the jobs come due since). Never a walk of waiting jobs, nor a
+# scan or a hash of the table: while a horizon is held, those are where the dead rows are.
+CLAIM_READS = {
+    ("Index Scan", "jobs_pkey"),
+    ("Index Scan", "jobs_ready_xid_idx"),
+    ("Index Scan", "jobs_later_idx"),
+}
+
+
+def assert_reads_by_key(nodes: list[dict[str, Any]]) -> None:
     scans = scans_of_jobs(nodes)
-    assert all(kind == "Index Scan" for kind, _ in scans), scans
-    walks = [name for _, name in scans if name != "jobs_pkey"]
-    assert len(walks) == 1, scans
-    assert walks[0] in indexes, scans
-    assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], scans
+    assert set(scans) <= CLAIM_READS, scans
+    tickets = [
+        (n["Node Type"], n.get("Index Name"))
+        for n in nodes
+        if n.get("Relation Name") in ("tickets", "lane_claims", "ticks")
+        and n["Node Type"].endswith("Scan")
+    ]
+    assert all(kind in ("Index Scan", "Index Only Scan") for kind, _ in tickets), tickets
 
 
 @pytest.mark.parametrize(
     "tasks", [None, ["due", "later", "old"], ["due", "other"]], ids=["any", "all-known", "few"]
 )
-def test_claim_walks_the_partial_index_on_a_table_of_finished_jobs(
+def test_the_claim_reads_jobs_by_key_only_on_a_table_of_finished_jobs(
     lived_in: cronbase.App, db: psycopg.Connection[Any], tasks: list[str] | None
 ) -> None:
     q = lived_in.queries
     done = [claimed(1), claimed(2)]
     params = claim_params(done=done, limit=10, worker="plan-test", tasks=tasks)
-    if tasks != ["due", "other"]:
-        assert_ordered_walk(explain(db, q.claim_jobs, params), {"jobs_due_idx"})
-    # With a task filter the statistics say keeps few rows (50 of 22,050), a custom plan may
-    # fetch those few and sort them: cheap while the estimate holds. The generic plan, which a
-    # worker's prepared claim settles on (its limit written in: claim_statement), must walk the
-    # index whatever the tasks.
+    assert_reads_by_key(explain(db, q.claim_jobs, params))
+    # The generic plan, which a worker's prepared claim settles on (its limit written in:
+    # claim_statement), too.
     task_array = "NULL" if tasks is None else "'{" + ",".join(tasks) + "}'"
     values = {
         "done_ids": "'{1,2}'::bigint[]",
@@ -139,37 +149,55 @@ def test_claim_walks_the_partial_index_on_a_table_of_finished_jobs(
     }
     statement = claim_statement(q, None, 10)
     assert b"%(limit)s" not in statement
-    assert_ordered_walk(generic_plan(db, statement, arguments(statement, values)), {"jobs_due_idx"})
-    # And it still claims exactly what is due, in order.
+    assert_reads_by_key(generic_plan(db, statement, arguments(statement, values)))
+    # And it claims what is due, in order (the first claim ticks: every due job gets a ticket).
     rows = claim_rows(lived_in, db, 10, "plan-test", tasks=tasks)[0]
     assert [job.task for job in rows] == ["due"] * 10
+    assert [job.id for job in rows] == sorted(job.id for job in rows)
 
 
-def test_a_task_aware_claim_steps_over_jobs_of_tasks_it_does_not_know(
+def test_a_task_aware_claim_leaves_jobs_of_tasks_it_does_not_know(
     lived_in: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
-    # The due jobs of an unknown task stay queued for a worker that knows it, untouched.
-    assert claim_rows(lived_in, db, 10, "plan-test", tasks=["other"])[0] == []
-    statuses = db.execute(
-        "SELECT status, count(*) FROM cronbase.jobs_all WHERE task = 'due' GROUP BY 1"
+    # No live worker knows 'due': its jobs are parked (no ticket), untouched otherwise.
+    assert claim_rows(lived_in, db, 60, "plan-test", tasks=["other"])[0] == []
+    rows = db.execute(
+        "SELECT status, attempts, ready_xid IS NULL FROM cronbase.jobs WHERE task = 'due'"
     ).fetchall()
-    assert statuses == [("queued", DUE)]
-    assert db.execute(
-        "SELECT sum(attempts) FROM cronbase.jobs_all WHERE task = 'due'"
-    ).fetchone() == (0,)
+    assert set(rows) == {("queued", 0, True)}
+    assert len(rows) == DUE
+    # A worker that knows it starts (register_worker, then unpark_jobs): they are claimed.
+    db.execute(lived_in.queries.unpark_jobs, {"tasks": "{due}"})
+    assert len(claim_rows(lived_in, db, 60, "plan-test", tasks=["due"])[0]) == DUE
 
 
-def test_claim_in_queues_walks_a_partial_index(
+def test_a_job_of_a_task_a_live_worker_knows_goes_round_to_it(
     lived_in: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
-    # With every job in the one queue asked for, walking jobs_due_idx is as good: either index.
+    db.execute(
+        "INSERT INTO cronbase.workers (id, hostname, pid, concurrency, tasks) "
+        "VALUES ('knows', 'h', 1, 1, '{due}')"
+    )
+    assert claim_rows(lived_in, db, 60, "other-worker", tasks=["other"])[0] == []
+    # Made ready again (a new ticket at the lane's end), not parked: the worker that knows the
+    # task takes them without waiting for a round of its own.
+    assert db.execute(
+        "SELECT count(*) FROM cronbase.jobs WHERE task = 'due' AND ready_xid IS NULL"
+    ).fetchone() == (0,)
+    assert len(claim_rows(lived_in, db, 60, "knows", tasks=["due"])[0]) == DUE
+
+
+def test_claim_in_queues_reads_jobs_by_key_only(
+    lived_in: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
     q = lived_in.queries
     params = claim_params(
         limit=10, worker="plan-test", queues=["default"], tasks=["due", "later", "old"]
     )
-    assert_ordered_walk(
-        explain(db, q.claim_jobs_in_queues, params), {"jobs_due_idx", "jobs_queue_due_idx"}
-    )
+    assert_reads_by_key(explain(db, q.claim_jobs_in_queues, params))
+    assert claim_rows(lived_in, db, 10, "plan-test", queues=["elsewhere"])[0] == []
+    rows = claim_rows(lived_in, db, 10, "plan-test", queues=["default"], tasks=["due"])[0]
+    assert [job.task for job in rows] == ["due"] * 10
 
 
 def claimed(job_id: int) -> ClaimedJob:

@@ -51,9 +51,13 @@ TABLES = {
     "effects",
     "job_attempts",
     "jobs",
+    "lane_claims",
+    "lanes",
     "migrations",
     "queues",
     "schedules",
+    "tickets",
+    "ticks",
     "workers",
 }
 

@@ -103,6 +103,13 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: get_event (wait_for), suspend_jobs (is the event there?). INSERT: emit_event.
         #   DELETE: prune_events (retention).
         "events": ("SELECT", "INSERT", "DELETE"),
+        # The claims' tickets (migration 0020): claim_jobs reads and appends them (its tick),
+        #   clear_tickets deletes what every claim passed. No UPDATE: each is written once.
+        "tickets": ("SELECT", "INSERT", "DELETE"),
+        "ticks": ("SELECT", "INSERT", "DELETE"),
+        "lane_claims": ("SELECT", "INSERT", "DELETE"),
+        # SELECT, INSERT: claim_jobs (a queue and priority's first tickets make its lanes).
+        "lanes": ("SELECT", "INSERT"),
     }
 )
 # Sequences a statement calls nextval() on: insert_graph draws a workflow's ids up front, so its
@@ -124,7 +131,8 @@ FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxy
 #   INSERT advances without any privilege on them (the test checks no other sequence exists);
 # - other functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
 #   pg_try_advisory_xact_lock...) and the schema's own (parents_results, resolve_dependents,
-#   notify_done, settle_dependents, repend_dependents, history_settled, insert_keyed_job), which
+#   notify_done, settle_dependents, repend_dependents, history_settled, insert_keyed_job,
+#   jobs_ready_again, ready_since, next_tickets), which
 #   run with the caller's rights and PUBLIC may execute, as it may any new function (the test
 #   checks);
 # - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+import zlib
 from importlib import resources
 from typing import ClassVar
 
@@ -38,6 +39,12 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
         "claim_jobs",
         "/* in_queues */",
         "AND queue = ANY (%(queues)s::text[])",
+    ),
+    # A reaper's rounds between its full ones walk only the leases that ran out lately.
+    "reap_recently_expired_jobs": (
+        "reap_expired_jobs",
+        "/* recently */",
+        "AND locked_until > now() - %(window)s::interval",
     ),
     # A worker of every queue's fair claim has no queue test: a test it cannot know the answer
     # to at plan time made the prepared claim's generic plan read and sort every busy key.
@@ -157,8 +164,9 @@ def assemble(found: dict[str, str], variants: dict[str, tuple[str, str, str]]) -
 
 def render(template: str, schema: str) -> bytes:
     """Put the quoted schema name into a statement (``{schema}``; ``{schema_name}``: the name as
-    a string literal, for dynamic SQL in migrations), and ``{done_channel}``: the schema's channel
-    for final states of waited-for jobs (a literal made from the schema name); values are never
+    a string literal, for dynamic SQL in migrations), ``{done_channel}``: the schema's channel
+    for final states of waited-for jobs (a literal made from the schema name), and the advisory
+    lock keys of its tick and lanes (``{tick_lock}``, ``{lane_lock}``); values are never
     formatted in."""
     # psycopg's Composable.as_bytes accepts no connection since 3.2; identifiers quote the same.
     return (
@@ -167,9 +175,23 @@ def render(template: str, schema: str) -> bytes:
             schema=sql.Identifier(schema),
             schema_name=sql.Literal(schema),
             done_channel=sql.Literal(done_channel_name(schema)),
+            tick_lock=sql.Literal(lock_key(schema, "tick")),
+            lane_lock=sql.Literal(lock_key(schema, "lanes")),
+            lane_shards=sql.Literal(LANE_SHARDS),
         )
         .as_bytes(None)
     )
+
+
+# The lanes of one queue and priority (db/sql/tickets.sql): claims of one lane run one at a
+# time, so more shards let more claims run at once, each taking from one.
+LANE_SHARDS = 1
+
+
+def lock_key(schema: str, what: str) -> int:
+    """A schema's advisory lock key for ``what`` (the first of two int4 keys): claims of two
+    schemas on one database never wait on each other's tick or lanes."""
+    return zlib.crc32(f"cronbase-{what}:{schema}".encode()) & 0x7FFFFFFF
 
 
 class Queries:
@@ -181,6 +203,9 @@ class Queries:
     insert_jobs: bytes
     claim_jobs: bytes
     claim_jobs_in_queues: bytes
+    unpark_jobs: bytes
+    reap_recently_expired_jobs: bytes
+    clear_tickets: bytes
     complete_jobs: bytes
     finish_jobs: bytes
     heartbeat_jobs: bytes

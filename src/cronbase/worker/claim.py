@@ -52,7 +52,7 @@ CLAIMED_COLUMNS = (
 # What a claim's summary row (its job columns NULL) may carry: the successes it wrote
 # (claim_jobs), candidates held back and when a rate has room again (claim_flow_jobs), keys
 # turned idle and where the next claim looks for keys (claim_fair_jobs).
-SUMMARY_COLUMNS = ("written", "held", "open_in", "cursor")
+SUMMARY_COLUMNS = ("written", "held", "open_in", "cursor", "ticked", "took", "passed")
 
 
 @dataclass(eq=False)
@@ -105,6 +105,11 @@ class ClaimResult:
     held: int = 0
     open_in: float | None = None
     cursor: str | None = None
+    # claim_jobs: whether it ticked, the tickets it took, those but the ones of tasks it does
+    # not know (None: another statement); `held` is also its lanes another claim held.
+    ticked: bool | None = None
+    took: int | None = None
+    passed: int | None = None
 
 
 def claimable_names(versions: Mapping[str, int]) -> list[str]:
@@ -240,6 +245,10 @@ def read_rows(
                 result.open_in = row[summary["open_in"]]
             if "cursor" in summary:
                 result.cursor = row[summary["cursor"]]
+            if "ticked" in summary:
+                result.ticked = row[summary["ticked"]]
+                result.took = row[summary["took"]]
+                result.passed = row[summary["passed"]]
             continue
         (
             job_id,

@@ -32,6 +32,9 @@ logger = logging.getLogger("cronbase")
 
 # How soon a worker looks again when another worker held the lock of a scope it wanted.
 FLOW_CONTENDED_RETRY = 0.05
+# How soon a worker claims again when another claim was ticking (claim_jobs): that tick may have
+# been before a job that came meanwhile, whose notification this claim has used up.
+TICK_CONTENDED_RETRY = 0.01
 # The claimer keeps a connection of its own between claims when the pool has at least this
 # many: the others stay for the completer, the heartbeat, the reaper and the scheduler.
 KEEP_CONNECTION_FROM = 3
@@ -234,7 +237,20 @@ class Claimer:
         for bad in result.undecodable:
             # Its own outcome, written like any other; its batch-mates run on.
             self._completer.add(undecodable(bad))
+        if len(result.jobs) < limit and result.took is not None:
+            # Slots left. The claim took as many tickets as it asked for, some of jobs no longer
+            # waiting: its lanes may hold more, look again at once (tickets of other workers'
+            # tasks are no progress: they come back). Or another claim held a lane it wanted,
+            # or was ticking (and a job committed after that tick's snapshot waits for the next,
+            # this claim's notification spent): look again soon.
+            if result.took == limit and result.passed:
+                self._retry(0.0)
+            elif result.held or result.ticked is False:
+                self._retry(TICK_CONTENDED_RETRY)
         return result.jobs
+
+    def _retry(self, seconds: float) -> None:
+        self.retry_in = seconds if self.retry_in is None else min(seconds, self.retry_in)
 
     async def _claim_flow(self, limit: int, queues: list[str] | None) -> list[ClaimedJob]:
         """claim_flow_jobs (flow.py): up to ``limit`` limited jobs that fit in their limits."""

@@ -109,7 +109,12 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
         self._progress_from_any_thread,
         self._on_timeout,
     )
-    reaper = Reaper(pool, self.db, o.reap_interval)
+    reaper = Reaper(
+        pool,
+        self.db,
+        o.reap_interval,
+        claimable_names({n: t.defaults.version for n, t in self.tasks.items()}),
+    )
     await when_reachable("reaping expired leases", reaper.reap_once, wait=wait)
     helpers: dict[str, Coroutine[Any, Any, None]] = {
         "completer": self._completer.run(),
@@ -181,6 +186,11 @@ async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
         )
         # The limits in this code are the fleet's from now on (last worker started wins).
         await conn.execute(q.register_task_limits, register_params(self.tasks))
+        # Jobs of its tasks that a claim parked (no live worker knew them) are ready again.
+        await conn.execute(
+            q.unpark_jobs,
+            {"tasks": claimable_names({n: t.defaults.version for n, t in self.tasks.items()})},
+        )
 
 
 async def _unregister(self: Worker, pool: AsyncConnectionPool) -> None:

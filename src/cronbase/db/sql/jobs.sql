@@ -94,66 +94,132 @@ WITH ins AS (
 SELECT id FROM ins, (SELECT count(*) FROM notified) n;
 
 -- name: claim_jobs
--- Record this worker's waiting successes and lease up to %(limit)s due jobs from any queue, in one
--- statement: one round trip and one commit where a completion and a claim would take two. A drain
--- of no-op jobs does half the commits, ~1.5x the jobs/s of claim and finish apart (bench/README.md).
--- `finished` is fenced by the lease token, as finish_jobs is: an attempt that lost its lease
--- (reaped, cancelled, retried by an operator) matches nothing and overwrites nothing. A success
--- writes no history row: the job row itself records its final attempt (attempts, locked_by,
--- started_at, finished_at; list_job_attempts shows it), as Oban and River keep theirs; a history
--- row per success cost ~20% of a drain. With %(limit)s = 0 only the successes are written.
--- The MATERIALIZED CTE is a planner fence: without it PostgreSQL may fold the sub-select into the
--- UPDATE's join and evaluate LIMIT and SKIP LOCKED in an order that locks, and claims, more rows
--- than asked (Oban's basic engine says the same). Paused queues are skipped with NOT EXISTS, an
--- anti-join the planner estimates well: `queue <> ALL (ARRAY(SELECT ...))` was estimated to keep
--- one row, so the planner sorted every waiting job on each claim instead of walking jobs_due_idx
--- in order and stopping after %(limit)s rows: O(n^2) for a drain (bench/README.md: ~1,500 ->
--- ~15,000 jobs/s; tests/integration/test_claim_plan.py checks the plan). A job being finished is
--- running in this statement's snapshot, so `due` cannot pick it.
--- Limited jobs (flow_key set) and the jobs of a limited queue are left to claim_flow_jobs
--- (flow.sql); the partial indexes leave the first out, the queue test beside the paused one the
--- second. claim_jobs_in_queues is this statement with the queue filter below filled in
--- (db/queries.py renders both from this text): a worker of some queues walks jobs_queue_due_idx.
--- Only jobs of %(tasks)s (the worker's registered tasks; NULL: any) are claimed: a job no worker
--- knows waits for one that does (a rolling deploy, two projects on one database) instead of
--- burning an attempt. A filter on the same index walk: no sort, and no cost while every waiting
--- job is known; jobs of an unknown task at the head of the queue are stepped over on each claim
--- (`cronbase stats` and `check` show them). A job of version N >= 2 of its task (task_version,
--- migration 0018) is matched as "task@N", which a worker registers for each version from 2 to
--- its own: only workers with that version or later claim it. The task test stays first and
--- alone for unversioned jobs: the planner estimates it from the task's statistics as before and
--- the version test from task_version's (nearly all NULL), so the plan is unchanged; a CASE
--- naming every job "task" or "task@N" was estimated at 0.5% and turned the ordered walk into
--- a bitmap scan and a sort (test_claim_plan.py).
+-- Record this worker's waiting successes and lease up to %(limit)s due jobs, in one statement:
+-- one round trip and one commit where a completion and a claim would take two (a drain of no-op
+-- jobs does half the commits, ~1.5x the jobs/s of claim and finish apart: bench/README.md).
+-- The jobs come from tickets (migration 0020, docs/design/storage.md): no part of this statement
+-- walks an index of jobs over rows claimed before, so a horizon held for minutes (pg_dump, a long
+-- report, an idle session) leaves it as fast as it was. In order:
+--   1. the successes carried (`done`, `finished`: the complete_jobs fragment);
+--   2. a tick, if no other claim is ticking (the tick fragment, db/sql/tickets.sql): tickets for
+--      the jobs made ready or come due since the last tick (`made`);
+--   3. the lanes to take from (`candidates`, `lane`): of this worker's queues, not paused nor
+--      limited (a limited queue's jobs are claim_flow_jobs'), with tickets past their cursor,
+--      the best priority first, then the one whose next ticket is oldest (the shards of a queue
+--      and priority are served in ticket order); as many as fill %(limit)s by the tickets each
+--      has ready (counted up to the limit), each not held by another claim (an advisory lock to
+--      the end of the transaction; one held is passed over). `wanted` is materialized, so the
+--      lock is tried on the lanes needed only, in their order;
+--   4. their next %(limit)s tickets (`next`), those there and those this statement made (a
+--      statement does not see its own inserts), and each lane's new cursor appended
+--      (`cursor_moved`: a claim whose snapshot predates the last claim of the lane may append
+--      the same seq; nothing is written then);
+--   5. their jobs, by primary key, that are waiting as their ticket says (ready_xid: a job made
+--      ready again has a newer ticket; one another claim took is running), of this worker's
+--      tasks: locked and leased (`picked`, the lease_picked fragment). A job of a task this
+--      worker does not know (a rolling deploy, two projects on one database) is made ready again
+--      when a live worker knows its task (ticketed anew, at the lane's end), and parked
+--      (ready_xid NULL) otherwise, until a worker that knows it starts (register_worker).
+-- A job of version N >= 2 of its task (task_version, migration 0018) is matched as "task@N",
+-- which a worker registers for each version from 2 to its own.
 -- Rows: the claimed jobs (claimed_columns: worker/claim.py reads them by name), and one row whose
--- job columns are NULL carrying in `written` the ids of the successes written (a FULL JOIN on
--- false: the claimed rows and that one row, with no column listed twice).
+-- job columns are NULL carrying in `written` the ids of the successes written, in `ticked`
+-- whether this claim ticked (no: another was ticking, and a job committed meanwhile waits for
+-- the next claim), in `took` the tickets it took, in `passed` those but the ones of other
+-- workers' tasks (which come back), and in `held` the lanes it wanted that another claim held.
+-- A FULL JOIN on false: the claimed rows and that one row, with no column listed twice.
 -- The payload and metadata come as text and the lease as seconds, decoded per job by
--- worker/claim.py: a row written by other SQL that Python cannot decode (JSON nested 10,000 deep,
--- a 5,000-digit number) fails that job alone, where psycopg's loaders would fail the fetch of the
--- whole batch after the claim committed.
--- The worker sends the ids, lease tokens, task and queue names as array literals, parsed by the
--- casts here (db/arrays.py: psycopg adapts a list in Python, element by element, ~50 µs a
--- claim); %(done_results)b, each success's result as JSON text, goes as a binary array, or NULL
--- when none returned anything (unnest pads it).
--- A success someone waits for (wait_notify, set by app.jobs.wait) is announced by the
--- jobs_notify_done trigger (migration 0013); a drain nobody waits on sends no NOTIFY.
-WITH /* include: complete_jobs */, picked AS MATERIALIZED (
-    SELECT id FROM {schema}.jobs j
-    WHERE status IN ('queued', 'failed') AND run_at <= now() /* in_queues */
-      AND flow_key IS NULL
-      AND (%(tasks)s::text[] IS NULL
-           OR task = ANY (%(tasks)s::text[])
-              AND (task_version IS NULL
-                   OR task || '@' || task_version = ANY (%(tasks)s::text[])))
-      AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = j.queue AND q.holds_claims)
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- worker/claim.py: a row written by other SQL that Python cannot decode fails that job alone.
+-- The worker sends the ids, lease tokens, task and queue names as array literals (db/arrays.py);
+-- %(done_results)b, each success's result as JSON text, goes as a binary array, or NULL when none
+-- returned anything (unnest pads it). A success someone waits for (wait_notify) is announced by
+-- the jobs_notify_done trigger (migration 0013).
+WITH /* include: complete_jobs */, /* include: tick */, candidates AS MATERIALIZED (
+    SELECT l.id, k.cursor, l.priority, coalesce(h.seq, m.seq) AS head,
+           (SELECT count(*) FROM {schema}.next_tickets(l.id, k.cursor, %(limit)s))
+           + coalesce(m.n, 0) AS ready
+    FROM (SELECT id, queue, priority FROM {schema}.lanes
+          UNION ALL SELECT id, queue, priority FROM new_lanes) l
+    CROSS JOIN LATERAL (
+        SELECT coalesce(max(lc.to_seq), 0) AS cursor
+        FROM {schema}.lane_claims lc WHERE lc.lane = l.id
+    ) k
+    LEFT JOIN LATERAL (
+        SELECT t.seq FROM {schema}.tickets t WHERE t.lane = l.id AND t.seq > k.cursor
+        ORDER BY t.seq LIMIT 1
+    ) h ON true
+    LEFT JOIN LATERAL (
+        SELECT min(m.seq) AS seq, count(*) AS n FROM made m WHERE m.lane = l.id
+    ) m ON true
+    WHERE NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = l.queue AND q.holds_claims)
+      /* in_queues */
+      AND coalesce(h.seq, m.seq) IS NOT NULL
+), wanted AS MATERIALIZED (
+    SELECT c.id, c.cursor, c.priority FROM (
+        SELECT c.*, coalesce(sum(c.ready) OVER (
+                   ORDER BY c.priority, c.head ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+               ), 0) AS before
+        FROM candidates c
+    ) c
+    WHERE c.before < %(limit)s
+    ORDER BY c.priority, c.head
+), lane AS MATERIALIZED (
+    SELECT w.id, w.cursor, w.priority FROM (SELECT * FROM wanted OFFSET 0) w
+    WHERE pg_try_advisory_xact_lock({lane_lock}, w.id)
+), next AS MATERIALIZED (
+    -- The lanes' first tickets past their cursors (next_tickets, migration 0020: an ordered
+    -- walk that stops, however many tickets wait behind them), and this statement's own: the
+    -- best priority first, then in ticket order.
+    SELECT x.lane, x.seq, x.job_id, x.ready_xid FROM (
+        SELECT lane.id AS lane, lane.priority, t.seq, t.job_id, t.ready_xid
+        FROM lane, {schema}.next_tickets(lane.id, lane.cursor, %(limit)s) t
+        UNION ALL
+        SELECT lane.id, lane.priority, m.seq, m.job_id, m.ready_xid
+        FROM lane JOIN made m ON m.lane = lane.id
+    ) x
+    ORDER BY x.priority, x.seq LIMIT %(limit)s
+), cursor_moved AS (
+    INSERT INTO {schema}.lane_claims (lane, to_seq)
+    SELECT lane, max(seq) FROM next GROUP BY lane
+    ON CONFLICT DO NOTHING
+), ticketed AS MATERIALIZED (
+    -- By primary key, with no test of the row here: one (status, flow_key) would let the
+    -- planner walk a partial index of waiting jobs instead (jobs_queue_due_idx, which it did on a
+    -- small table), the index a held horizon fills with dead entries. Locked, so that a row
+    -- another statement is changing is read as that statement leaves it.
+    SELECT j.id, j.task, j.task_version, j.status, j.flow_key,
+           j.ready_xid = next.ready_xid AS is_current
+    FROM next JOIN {schema}.jobs j ON j.id = next.job_id
+    FOR UPDATE OF j
+), waiting AS MATERIALIZED (
+    SELECT id, task, task_version FROM ticketed
+    WHERE is_current AND status IN ('queued', 'failed') AND flow_key IS NULL
+), picked AS (
+    SELECT w.id FROM waiting w
+    WHERE %(tasks)s::text[] IS NULL
+       OR w.task = ANY (%(tasks)s::text[])
+          AND (w.task_version IS NULL OR w.task || '@' || w.task_version = ANY (%(tasks)s::text[]))
+), strays AS (
+    UPDATE {schema}.jobs j
+    SET ready_xid = CASE WHEN EXISTS (
+            SELECT FROM {schema}.workers wk
+            WHERE wk.last_seen_at > now() - interval '1 minute'
+              AND (wk.tasks IS NULL OR CASE WHEN j.task_version IS NULL THEN j.task
+                                            ELSE j.task || '@' || j.task_version END = ANY (wk.tasks)))
+        THEN pg_current_xact_id() END
+    FROM waiting w
+    WHERE j.id = w.id AND w.id NOT IN (SELECT id FROM picked)
 ), claimed AS (
     /* include: lease_picked */
 )
-SELECT * FROM claimed FULL JOIN (SELECT array_agg(id) AS written FROM finished) w ON false;
+SELECT * FROM claimed FULL JOIN (
+    SELECT array_agg(id) AS written, (SELECT count(*) > 0 FROM cur) AS ticked,
+           (SELECT count(*) FROM next) AS took,
+           (SELECT count(*) FROM next) - (SELECT count(*) FROM waiting)
+           + (SELECT count(*) FROM picked) AS passed,
+           (SELECT count(*) FROM wanted) - (SELECT count(*) FROM lane) AS held
+    FROM finished
+) w ON false;
 
 -- fragment: complete_jobs
 -- The one place a job is written succeeded: the successes %(done_ids)s with their lease tokens
@@ -392,10 +458,13 @@ RETURNING j.id, j.queue, j.priority;
 -- name: reap_expired_jobs
 -- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead (moved to
 -- the history) when their attempts are used up. SKIP LOCKED lets every worker run this without
--- queueing behind another.
+-- queueing behind another. reap_recently_expired_jobs is this statement for the leases that ran
+-- out in the last %(window)s: a reaper's rounds between its full ones (worker/reaper.py). The
+-- walk of jobs_running_lease_idx up to now() passes an entry for every job that ran, until
+-- vacuum removes it: while a horizon is held, every job run since, each round a longer walk.
 WITH expired AS MATERIALIZED (
     SELECT id, locked_by, locked_until, attempts >= max_attempts AS used_up FROM {schema}.jobs
-    WHERE status = 'running' AND locked_until < now()
+    WHERE status = 'running' AND locked_until < now() /* recently */
     ORDER BY locked_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
