@@ -507,16 +507,15 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             [SCHEMA],
         ).fetchall()
         assert functions == [
+            ("claim_tickets", True),  # 0020's claim (and jobs_ready_again, its trigger)
             ("create_history_days", False),  # FUNCTION_PRIVILEGES grants them
             ("drop_history_days", False),
             ("history_settled", True),
             ("insert_keyed_job", True),  # 0015's, and 0018's (with a task version)
             ("insert_keyed_job", True),
-            ("jobs_ready_again", True),  # 0020's trigger, and the claim's two reads
-            ("next_tickets", True),
+            ("jobs_ready_again", True),
             ("notify_done", True),
             ("parents_results", True),
-            ("ready_since", True),
             ("repend_dependents", True),
             ("resolve_dependents", True),
             ("settle_dependents", True),

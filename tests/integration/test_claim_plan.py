@@ -105,26 +105,64 @@ def scans_of_jobs(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
 
 
 # What the plain claim may read of cronbase.jobs (migration 0020): the primary key (the jobs its
-# tickets name, the successes it carries), and the tick's two ranges (the jobs of the
-# transactions since the last tick; the jobs come due since). Never a walk of waiting jobs, nor a
-# scan or a hash of the table: while a horizon is held, those are where the dead rows are.
+# tickets name, the successes it carries), and the tick's ranges (the jobs of the transactions
+# since the last tick; the jobs come due since). Never a walk of waiting jobs, nor a scan or a
+# hash of the table: while a horizon is held, those are where the dead rows are.
 CLAIM_READS = {
     ("Index Scan", "jobs_pkey"),
     ("Index Scan", "jobs_ready_xid_idx"),
+    ("Index Only Scan", "jobs_ready_xid_idx"),
     ("Index Scan", "jobs_later_idx"),
 }
 
 
-def assert_reads_by_key(nodes: list[dict[str, Any]]) -> None:
-    scans = scans_of_jobs(nodes)
-    assert set(scans) <= CLAIM_READS, scans
-    tickets = [
-        (n["Node Type"], n.get("Index Name"))
-        for n in nodes
-        if n.get("Relation Name") in ("tickets", "lane_claims", "ticks")
-        and n["Node Type"].endswith("Scan")
-    ]
-    assert all(kind in ("Index Scan", "Index Only Scan") for kind, _ in tickets), tickets
+def claim_plans(
+    db: psycopg.Connection[Any], statement: bytes, params: Any, mode: str = "auto"
+) -> list[Any]:
+    """The plans of claim_jobs and of every statement its claim_tickets runs (auto_explain,
+    nested statements included: an EXPLAIN of the call shows a Function Scan only), each as
+    its list of nodes, under plan_cache_mode ``mode`` (force_generic_plan: the plans a worker's
+    session settles on). Run in a transaction rolled back."""
+    plans: list[Any] = []
+
+    def seen(diagnostic: psycopg.errors.Diagnostic) -> None:
+        message = diagnostic.message_primary or ""
+        if message.startswith("duration:") and "plan:" in message:
+            data = json.loads(message.split("plan:", 1)[1])
+            plans.append(list(plan_nodes(data["Plan"])))
+
+    db.execute("LOAD 'auto_explain'")
+    settings = {
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_nested_statements": "on",
+        "auto_explain.log_format": "json",
+        "client_min_messages": "log",
+        "plan_cache_mode": mode,
+    }
+    db.add_notice_handler(seen)
+    try:
+        with db.transaction(force_rollback=True):
+            for name, value in settings.items():
+                db.execute(f"SET LOCAL {name} = '{value}'")
+            db.execute(statement, params).fetchall()
+    finally:
+        db.remove_notice_handler(seen)
+    assert len(plans) >= 3, plans  # the call, and the statements of the claim it made
+    return plans
+
+
+def assert_reads_by_key(plans: list[Any]) -> None:
+    for nodes in plans:
+        scans = scans_of_jobs(nodes)
+        assert set(scans) <= CLAIM_READS, scans
+        others = [
+            (n["Node Type"], n.get("Index Name"))
+            for n in nodes
+            if n.get("Relation Name") in ("tickets", "lane_claims", "ticks")
+            and n["Node Type"].endswith("Scan")
+        ]
+        assert all(kind in ("Index Scan", "Index Only Scan") for kind, _ in others), others
+        assert not [n for n in nodes if n["Node Type"] == "Bitmap Heap Scan"], scans
 
 
 @pytest.mark.parametrize(
@@ -136,21 +174,12 @@ def test_the_claim_reads_jobs_by_key_only_on_a_table_of_finished_jobs(
     q = lived_in.queries
     done = [claimed(1), claimed(2)]
     params = claim_params(done=done, limit=10, worker="plan-test", tasks=tasks)
-    assert_reads_by_key(explain(db, q.claim_jobs, params))
-    # The generic plan, which a worker's prepared claim settles on (its limit written in:
-    # claim_statement), too.
-    task_array = "NULL" if tasks is None else "'{" + ",".join(tasks) + "}'"
-    values = {
-        "done_ids": "'{1,2}'::bigint[]",
-        "done_tokens": "'{}'::uuid[]",
-        "done_results": "NULL::text[]",
-        "tasks": f"{task_array}::text[]",
-        "worker": "'plan-test'",
-    }
-    statement = claim_statement(q, None, 10)
-    assert b"%(limit)s" not in statement
-    assert_reads_by_key(generic_plan(db, statement, arguments(statement, values)))
-    # And it claims what is due, in order (the first claim ticks: every due job gets a ticket).
+    # The first claim ticks (every due job gets a ticket), the next take tickets there; custom
+    # plans, then the generic ones a worker's session settles on.
+    for mode in ("auto", "auto", "force_generic_plan"):
+        assert_reads_by_key(claim_plans(db, claim_statement(q, None, 10), params, mode))
+        claim_rows(lived_in, db, 1, "plan-test", tasks=tasks)
+    # And it claims what is due, in order.
     rows = claim_rows(lived_in, db, 10, "plan-test", tasks=tasks)[0]
     assert [job.task for job in rows] == ["due"] * 10
     assert [job.id for job in rows] == sorted(job.id for job in rows)
@@ -194,7 +223,7 @@ def test_claim_in_queues_reads_jobs_by_key_only(
     params = claim_params(
         limit=10, worker="plan-test", queues=["default"], tasks=["due", "later", "old"]
     )
-    assert_reads_by_key(explain(db, q.claim_jobs_in_queues, params))
+    assert_reads_by_key(claim_plans(db, claim_statement(q, ["default"], 10), params))
     assert claim_rows(lived_in, db, 10, "plan-test", queues=["elsewhere"])[0] == []
     rows = claim_rows(lived_in, db, 10, "plan-test", queues=["default"], tasks=["due"])[0]
     assert [job.task for job in rows] == ["due"] * 10

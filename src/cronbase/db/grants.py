@@ -32,7 +32,7 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         #   jobs_all, and the WHERE and RETURNING of the writes below.
         # INSERT: insert_job, insert_keyed_job, upsert_job_replace, insert_jobs (enqueue), the
         #   restores of retry_job and requeue_dead_jobs.
-        # UPDATE: claim_jobs, claim_jobs_in_queues, finish_jobs, heartbeat_jobs, release_jobs,
+        # UPDATE: claim_jobs, finish_jobs, heartbeat_jobs, release_jobs,
         #   reap_expired_jobs, age_priorities, retry_job, requeue_dead_jobs; upsert_job_replace
         #   (ON CONFLICT DO UPDATE); the FOR UPDATE of the claim, reaper and move statements.
         # DELETE: every outcome (a finished job moves to the history: complete_jobs,
@@ -78,7 +78,7 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # INSERT: enter_effect. UPDATE: take_over_effect, reconcile_effect, finish_effect.
         # DELETE: forget_effect.
         "effects": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-        # SELECT: list_queues, queue_overview, claim_jobs and claim_jobs_in_queues (paused
+        # SELECT: list_queues, queue_overview, claim_jobs (paused
         #   queues are skipped), RETURNING of the writes.
         # INSERT: pause_queue, set_queue_limit, set_queue_rate, set_queue_aging. UPDATE: the
         #   same (ON CONFLICT DO UPDATE), resume_queue, age_priorities (aged_at, FOR UPDATE).
@@ -132,7 +132,7 @@ FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxy
 # - other functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
 #   pg_try_advisory_xact_lock...) and the schema's own (parents_results, resolve_dependents,
 #   notify_done, settle_dependents, repend_dependents, history_settled, insert_keyed_job,
-#   jobs_ready_again, ready_since, next_tickets), which
+#   jobs_ready_again, claim_tickets), which
 #   run with the caller's rights and PUBLIC may execute, as it may any new function (the test
 #   checks);
 # - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;

@@ -9,7 +9,7 @@ place of ``/* include: name */`` (River's ``/* TEMPLATE */`` markers in its sqlc
 statements share how a picked row is leased and which columns come back, and the claim and the
 lone completion share how a success is written. A fragment may take arguments: its ``$name``
 placeholders, given as ``/* include: name(table=jobs, age=older_than) */`` (the pruners' batches). A statement that exists in two forms is written
-once with a marker, and :data:`VARIANTS` renders the other form (claim_jobs_in_queues).
+once with a marker, and :data:`VARIANTS` renders the other form (reap_recently_expired_jobs).
 """
 
 from __future__ import annotations
@@ -34,12 +34,6 @@ _MOVE_TARGET = {"archive": "jobs_history", "restore": "jobs"}
 # Statements rendered from another one: name -> (the statement written, its marker, what the
 # marker becomes here). In the statement written, the marker becomes nothing.
 VARIANTS: dict[str, tuple[str, str, str]] = {
-    # A worker of some queues walks jobs_queue_due_idx (queue first) instead of jobs_due_idx.
-    "claim_jobs_in_queues": (
-        "claim_jobs",
-        "/* in_queues */",
-        "AND queue = ANY (%(queues)s::text[])",
-    ),
     # A reaper's rounds between its full ones walk only the leases that ran out lately.
     "reap_recently_expired_jobs": (
         "reap_expired_jobs",
@@ -165,9 +159,7 @@ def assemble(found: dict[str, str], variants: dict[str, tuple[str, str, str]]) -
 def render(template: str, schema: str) -> bytes:
     """Put the quoted schema name into a statement (``{schema}``; ``{schema_name}``: the name as
     a string literal, for dynamic SQL in migrations), ``{done_channel}``: the schema's channel
-    for final states of waited-for jobs (a literal made from the schema name), and the advisory
-    lock keys of its tick and lanes (``{tick_lock}``, ``{lane_lock}``); values are never
-    formatted in."""
+    for final states of waited-for jobs (a literal made from the schema name); values are never formatted in."""
     # psycopg's Composable.as_bytes accepts no connection since 3.2; identifiers quote the same.
     return (
         sql.SQL(template)
@@ -175,22 +167,14 @@ def render(template: str, schema: str) -> bytes:
             schema=sql.Identifier(schema),
             schema_name=sql.Literal(schema),
             done_channel=sql.Literal(done_channel_name(schema)),
-            tick_lock=sql.Literal(lock_key(schema, "tick")),
-            lane_lock=sql.Literal(lock_key(schema, "lanes")),
-            lane_shards=sql.Literal(LANE_SHARDS),
         )
         .as_bytes(None)
     )
 
 
-# The lanes of one queue and priority (db/sql/tickets.sql): claims of one lane run one at a
-# time, so more shards let more claims run at once, each taking from one.
-LANE_SHARDS = 1
-
-
 def lock_key(schema: str, what: str) -> int:
-    """A schema's advisory lock key for ``what`` (the first of two int4 keys): claims of two
-    schemas on one database never wait on each other's tick or lanes."""
+    """A schema's advisory lock key for ``what``: the workers of two schemas on one database
+    never wait on each other's."""
     return zlib.crc32(f"cronbase-{what}:{schema}".encode()) & 0x7FFFFFFF
 
 
@@ -202,7 +186,6 @@ class Queries:
     upsert_job_replace: bytes
     insert_jobs: bytes
     claim_jobs: bytes
-    claim_jobs_in_queues: bytes
     unpark_jobs: bytes
     reap_recently_expired_jobs: bytes
     clear_tickets: bytes

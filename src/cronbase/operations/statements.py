@@ -32,9 +32,7 @@ def rendered(schema: str = "cronbase", names: list[str] | None = None) -> dict[s
     chosen = names or known
     unknown = [n for n in chosen if n not in queries.templates]
     if unknown:
-        raise KeyError(
-            f"no statement {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
-        )
+        raise KeyError(f"no statement {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
     return {name: getattr(queries, name).decode() for name in chosen}
 
 

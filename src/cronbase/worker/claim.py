@@ -170,10 +170,9 @@ def written_in(template: bytes, sizes: tuple[tuple[str, int], ...]) -> bytes:
 
 
 def claim_statement(queries: Queries, queues: str | Sequence[str] | None, limit: int) -> bytes:
-    """claim_jobs, or claim_jobs_in_queues (its own index) for a worker of some queues, for a
-    claim of ``limit`` jobs (written in: :func:`written_in`)."""
-    template = queries.claim_jobs_in_queues if queues else queries.claim_jobs
-    return written_in(template, (("limit", limit),))
+    """claim_jobs, for a claim of ``limit`` jobs (written in: :func:`written_in`); its queues
+    are a parameter (claim_tickets reads them)."""
+    return written_in(queries.claim_jobs, (("limit", limit),))
 
 
 def _metadata(text: str) -> dict[str, Any] | None:

@@ -23,8 +23,10 @@ ALTER TABLE {schema}.jobs ALTER COLUMN ready_xid SET DEFAULT pg_current_xact_id(
 -- that read both as one (SELECT * ... UNION ALL SELECT * ...) see the same columns.
 ALTER TABLE {schema}.jobs_history ADD COLUMN ready_xid xid8;
 -- The tick reads the rows of the transactions since the last one: a range at the index's end,
--- never the rows claimed before it (their entries are behind it).
-CREATE INDEX jobs_ready_xid_idx ON {schema}.jobs (ready_xid) WHERE ready_xid IS NOT NULL;
+-- never the rows claimed before it (their entries are behind it). Waiting jobs only: a claim's
+-- update of a row (running) adds no entry here.
+CREATE INDEX jobs_ready_xid_idx ON {schema}.jobs (ready_xid)
+    WHERE ready_xid IS NOT NULL AND status IN ('queued', 'failed');
 -- Jobs made ready to run later (scheduled, retried, snoozed): the tick's second read, the slice
 -- of run_at that came due since the last tick. A job deferred to run now has run_at =
 -- created_at and stays out of it (no index entry for the common case).
@@ -51,62 +53,6 @@ CREATE TRIGGER jobs_ready_again BEFORE UPDATE ON {schema}.jobs FOR EACH ROW
                OR NEW.priority IS DISTINCT FROM OLD.priority
                OR NEW.queue IS DISTINCT FROM OLD.queue))
     EXECUTE FUNCTION {schema}.jobs_ready_again();
-
--- What a tick reads of jobs (the tick fragment, db/sql/tickets.sql): the jobs made ready by the
--- transactions at or past the last tick's horizon (xmax) and by those still running at the last
--- tick (its xip): PgQ's two-snapshot rule, which never looks at a snapshot's xmin, the very thing
--- an idle transaction holds still; is_ready says which of them are waiting, plain and due by
--- `p_at`. And the jobs made ready before the last tick (visible in its snapshot) that came due
--- since (jobs_later_idx's slice of run_at). A function for one reason: to plan these reads with
--- seq scans off. The planner cannot see how narrow the ranges are (bounds from snapshots), and
--- on a small table it read all of jobs instead: every dead row a held horizon keeps. STABLE: it
--- reads with the snapshot of the claim that calls it, the one p_snap is.
-CREATE FUNCTION {schema}.ready_since(
-    p_prev_snap pg_snapshot, p_snap pg_snapshot, p_prev_at timestamptz, p_at timestamptz
-) RETURNS TABLE (
-    id bigint, queue text, priority smallint, run_at timestamptz, ready_xid xid8,
-    is_ready boolean
-)
-LANGUAGE plpgsql STABLE
-SET enable_seqscan = off
-AS $$
-BEGIN
-    RETURN QUERY
-    SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
-           j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at <= p_at
-    FROM {schema}.jobs j
-    WHERE j.ready_xid >= pg_snapshot_xmax(p_prev_snap) AND j.ready_xid < pg_snapshot_xmax(p_snap)
-    UNION ALL
-    SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
-           j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at <= p_at
-    FROM {schema}.jobs j
-    WHERE j.ready_xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_prev_snap)))
-    UNION ALL
-    SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid, true
-    FROM {schema}.jobs j
-    WHERE j.run_at > p_prev_at AND j.run_at <= p_at
-      AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at > j.created_at
-      AND pg_visible_in_snapshot(j.ready_xid, p_prev_snap);
-END
-$$;
-
--- A lane's first tickets past its cursor, in order: an ordered walk of tickets_pkey that stops
--- after p_limit, however many tickets wait behind them (a backlog). A function, planned with
--- bitmap scans and sorts off, for the same reason as ready_since: on a small table the planner
--- chose a bitmap scan of every ticket past the cursor and a sort, and a prepared claim keeps the
--- plan it settled on while the lane fills.
-CREATE FUNCTION {schema}.next_tickets(p_lane integer, p_after bigint, p_limit integer)
-RETURNS TABLE (seq bigint, job_id bigint, ready_xid xid8)
-LANGUAGE plpgsql STABLE
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
-AS $$
-BEGIN
-    RETURN QUERY
-    SELECT t.seq, t.job_id, t.ready_xid FROM {schema}.tickets t
-    WHERE t.lane = p_lane AND t.seq > p_after
-    ORDER BY t.seq LIMIT p_limit;
-END
-$$;
 
 -- A lane: the tickets of one queue and priority, spread over a few shards so that several
 -- claims run at once (a claim holds its lane, not the others).
@@ -149,6 +95,237 @@ CREATE TABLE {schema}.lane_claims (
     PRIMARY KEY (lane, to_seq)
 );
 
+-- claim_jobs' claim (db/sql/jobs.sql calls it after writing the successes it carries). A
+-- function so that each of its steps runs only when needed and reads with a snapshot taken
+-- after the lock it holds (READ COMMITTED: each statement of a function takes its own), and so
+-- that its reads are planned with seq scans, bitmap scans and sorts off: the planner cannot see
+-- how narrow its ranges are (bounds from snapshots, cursors), and on a small table it read all
+-- of jobs, or every ticket past a cursor, instead: what a held horizon keeps, or a backlog.
+--   1. The tick, one claim at a time (an advisory lock to the end of the transaction; the
+--      others take the tickets already there). The jobs made ready since the last tick: by the
+--      transactions at or past its horizon (xmax), and by those still running at it (its
+--      xip): PgQ's two-snapshot rule, which never looks at a snapshot's xmin, the very thing an
+--      idle transaction holds still. Those ready and due get a ticket, and those made ready
+--      before the last tick (visible in its snapshot) that came due since (jobs_later_idx's
+--      slice of run_at). The tick is written only when it read something (a row per claim for
+--      nothing otherwise); it names the tick it follows (prev_id, unique: a claim whose
+--      snapshot predates another's tick writes no tick and, joined to it, no ticket). Its
+--      tickets take seq = tick id << 24 + their rank (a later tick commits after this one: its
+--      id and seqs are larger): by priority, then run_at and id, in the lanes of (queue,
+--      priority), made when new.
+--   2. The lanes: of the worker's queues (p_queues; NULL: all), not paused nor limited (a
+--      limited queue's jobs are claim_flow_jobs'), with tickets past their cursor (their last
+--      lane_claims row), the best priority first, then the oldest next ticket; each not held by
+--      another claim (an advisory lock; one held is passed over and counted), until p_limit.
+--   3. In each, its next tickets; the cursor appended (a claim whose snapshot predates the
+--      lane's last claim may append the same seq: nothing is written then); their jobs by
+--      primary key, locked (a row another statement is changing is read as it leaves it).
+--      Those waiting as their ticket says (ready_xid: a job made ready again has a newer
+--      ticket; one another claim took is running) and of the worker's tasks (p_tasks; NULL:
+--      any; "task@N" for version N >= 2) are leased as the lease_picked fragment does; one of a
+--      task the worker does not know is made ready again when a live worker knows its task
+--      (ticketed anew, at its lane's end), and parked (ready_xid NULL) otherwise, until a worker
+--      that knows it starts (unpark_jobs).
+-- Returns the leased jobs (claimed_columns, worker/claim.py) and one last row, its job columns
+-- NULL: whether it ticked, the tickets it took, those but the ones of other workers' tasks
+-- (which come back), the lanes it wanted that another claim held.
+CREATE FUNCTION {schema}.claim_tickets(
+    p_worker text, p_limit integer, p_queues text[], p_tasks text[]
+) RETURNS TABLE (
+    id bigint, task text, queue text, payload text, priority smallint, attempts integer,
+    max_attempts integer, lease_token uuid, lease float8, metadata text, flow_key text,
+    task_version integer, ticked boolean, took integer, passed integer, held integer
+)
+LANGUAGE plpgsql
+-- And JIT off: a path turned off costs 1e10, which passes jit_above_cost, and PostgreSQL then
+-- compiled each statement of this function, 0.3-0.5 s a claim.
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ticked boolean := false;
+    v_took integer := 0;
+    v_strays integer := 0;
+    v_held integer := 0;
+    v_left integer := p_limit;
+    v_seqs bigint[];
+    v_ids bigint[];
+    v_xids xid8[];
+    v_lane record;
+    v_tick record;
+    v_count integer;
+    v_known_count integer;
+    v_strays_now integer;
+BEGIN
+    -- The tick's lock, and whether there is anything to read (three index probes; the tick
+    -- itself, three inserts, only if so), in one statement.
+    SELECT l.locked,
+           l.locked AND (t.id IS NULL OR EXISTS (
+               SELECT FROM {schema}.jobs j
+               WHERE j.ready_xid >= pg_snapshot_xmax(t.snap) AND j.status IN ('queued', 'failed')
+               UNION ALL
+               SELECT FROM {schema}.jobs j
+               WHERE j.ready_xid = ANY (ARRAY(SELECT pg_snapshot_xip(t.snap)))
+                 AND j.status IN ('queued', 'failed')
+               UNION ALL
+               SELECT FROM {schema}.jobs j
+               WHERE j.run_at > t.at AND j.run_at <= clock_timestamp()
+                 AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+                 AND j.run_at > j.created_at)) AS needed
+    INTO v_tick
+    FROM (SELECT pg_try_advisory_xact_lock(hashtext('cronbase-tick:' || {schema_name}), 0)
+                 AS locked) l
+    LEFT JOIN LATERAL (
+        SELECT tk.id, tk.snap, tk.at FROM {schema}.ticks tk ORDER BY tk.id DESC LIMIT 1
+    ) t ON true;
+    v_ticked := v_tick.locked;
+    IF v_tick.needed THEN
+        WITH last_tick AS MATERIALIZED (
+            SELECT t.id, t.snap, t.at FROM {schema}.ticks t ORDER BY t.id DESC LIMIT 1
+        ), prev AS MATERIALIZED (
+            -- None in a table emptied by TRUNCATE: tick 0, before every transaction.
+            SELECT l.id, l.snap, l.at FROM last_tick l
+            UNION ALL
+            SELECT 0, '1:1:'::pg_snapshot, '-infinity'::timestamptz
+            WHERE NOT EXISTS (SELECT FROM last_tick)
+        ), cur AS MATERIALIZED (
+            SELECT p.id AS prev_id, p.snap AS prev_snap, p.at AS prev_at,
+                   pg_current_snapshot() AS snap, greatest(clock_timestamp(), p.at) AS at
+            FROM prev p
+        ), seen AS MATERIALIZED (
+            SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
+                   j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at <= c.at
+                   AS is_ready
+            FROM cur c JOIN {schema}.jobs j
+              ON j.ready_xid >= pg_snapshot_xmax(c.prev_snap)
+             AND j.ready_xid < pg_snapshot_xmax(c.snap)
+            WHERE j.status IN ('queued', 'failed')
+            UNION ALL
+            SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
+                   j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at <= c.at
+            FROM cur c JOIN {schema}.jobs j
+              ON j.ready_xid = ANY (ARRAY(SELECT pg_snapshot_xip(c.prev_snap)))
+            WHERE j.status IN ('queued', 'failed')
+            UNION ALL
+            SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid, true
+            FROM cur c JOIN {schema}.jobs j ON j.run_at > c.prev_at AND j.run_at <= c.at
+            WHERE j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+              AND j.run_at > j.created_at AND pg_visible_in_snapshot(j.ready_xid, c.prev_snap)
+        ), ready AS MATERIALIZED (
+            SELECT s.id, s.queue, s.priority, s.run_at, s.ready_xid,
+                   row_number() OVER (ORDER BY s.priority, s.run_at, s.id) AS rank
+            FROM seen s WHERE s.is_ready
+        ), tick AS (
+            INSERT INTO {schema}.ticks (prev_id, snap, at)
+            SELECT c.prev_id, c.snap, c.at FROM cur c WHERE EXISTS (SELECT FROM seen)
+            ON CONFLICT (prev_id) DO NOTHING
+            RETURNING ticks.id
+        ), new_lanes AS (
+            INSERT INTO {schema}.lanes (queue, priority, shard)
+            SELECT DISTINCT r.queue, r.priority, 0 FROM ready r, tick
+            ON CONFLICT DO NOTHING
+            RETURNING lanes.id, lanes.queue, lanes.priority
+        ), made AS (
+            INSERT INTO {schema}.tickets (lane, seq, job_id, ready_xid)
+            SELECT l.id, (t.id << 24) + r.rank, r.id, r.ready_xid
+            FROM tick t CROSS JOIN ready r
+            JOIN (SELECT ln.id, ln.queue, ln.priority FROM {schema}.lanes ln
+                  UNION ALL SELECT nl.id, nl.queue, nl.priority FROM new_lanes nl) l
+              ON l.queue = r.queue AND l.priority = r.priority
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_count FROM made;
+    END IF;
+
+    FOR v_lane IN
+        SELECT ln.id, k.cursor FROM {schema}.lanes ln
+        CROSS JOIN LATERAL (
+            SELECT coalesce(max(lc.to_seq), 0) AS cursor
+            FROM {schema}.lane_claims lc WHERE lc.lane = ln.id
+        ) k
+        CROSS JOIN LATERAL (
+            SELECT tk.seq FROM {schema}.tickets tk WHERE tk.lane = ln.id AND tk.seq > k.cursor
+            ORDER BY tk.seq LIMIT 1
+        ) h
+        WHERE (p_queues IS NULL OR ln.queue = ANY (p_queues))
+          AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = ln.queue AND q.holds_claims)
+        ORDER BY ln.priority, h.seq
+    LOOP
+        EXIT WHEN v_left <= 0;
+        IF NOT pg_try_advisory_xact_lock(hashtext('cronbase-lanes:' || {schema_name}), v_lane.id) THEN
+            v_held := v_held + 1;
+            CONTINUE;
+        END IF;
+        -- Its next tickets, the cursor moved past them (a claim whose snapshot predates the
+        -- lane's last claim may append the same seq: nothing is written then).
+        WITH taken AS MATERIALIZED (
+            SELECT t.seq, t.job_id, t.ready_xid FROM {schema}.tickets t
+            WHERE t.lane = v_lane.id AND t.seq > v_lane.cursor
+            ORDER BY t.seq LIMIT v_left
+        ), moved AS (
+            INSERT INTO {schema}.lane_claims (lane, to_seq)
+            SELECT v_lane.id, max(k.seq) FROM taken k HAVING count(*) > 0
+            ON CONFLICT DO NOTHING
+        )
+        SELECT coalesce(array_agg(k.job_id), '{{}}'), coalesce(array_agg(k.ready_xid), '{{}}')
+        INTO v_ids, v_xids
+        FROM taken k;
+        v_count := cardinality(v_ids);
+        CONTINUE WHEN v_count = 0;
+        v_took := v_took + v_count;
+        -- Their jobs by primary key, leased (as the lease_picked fragment of db/sql/jobs.sql
+        -- leases) when waiting as their ticket says and of the worker's tasks. The tests of the
+        -- row are CASE expressions on purpose: a plain status test would let the planner walk a
+        -- partial index of waiting jobs instead of probing the key, the index a held horizon
+        -- fills with dead entries.
+        RETURN QUERY
+        UPDATE {schema}.jobs j
+        SET status = 'running', attempts = j.attempts + 1, locked_by = p_worker,
+            locked_until = now() + j.lease, lease_token = gen_random_uuid(),
+            started_at = now(), updated_at = now()
+        FROM unnest(v_ids, v_xids) AS g(job_id, ready_xid)
+        WHERE j.id = g.job_id
+          AND CASE WHEN j.ready_xid = g.ready_xid AND j.status IN ('queued', 'failed')
+                        AND j.flow_key IS NULL
+                        AND (p_tasks IS NULL
+                             OR j.task = ANY (p_tasks)
+                                AND (j.task_version IS NULL
+                                     OR j.task || '@' || j.task_version = ANY (p_tasks)))
+                   THEN true ELSE false END
+        RETURNING j.id, j.task, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
+                  j.lease_token, extract(epoch FROM j.lease)::float8, j.metadata::text,
+                  j.flow_key, j.task_version, NULL::boolean, NULL::integer, NULL::integer,
+                  NULL::integer;
+        GET DIAGNOSTICS v_known_count = ROW_COUNT;
+        v_left := v_left - v_known_count;
+        CONTINUE WHEN v_known_count = v_count OR p_tasks IS NULL;
+        -- Some not leased: gone on (taken, cancelled, made ready again), or of a task this
+        -- worker does not know, which is made ready again when a live worker knows it
+        -- (ticketed anew, at its lane's end), and parked (ready_xid NULL) otherwise.
+        UPDATE {schema}.jobs j
+        SET ready_xid = CASE WHEN EXISTS (
+                SELECT FROM {schema}.workers wk
+                WHERE wk.last_seen_at > now() - interval '1 minute'
+                  AND (wk.tasks IS NULL
+                       OR CASE WHEN j.task_version IS NULL THEN j.task
+                               ELSE j.task || '@' || j.task_version END = ANY (wk.tasks)))
+            THEN pg_current_xact_id() END
+        FROM unnest(v_ids, v_xids) AS g(job_id, ready_xid)
+        WHERE j.id = g.job_id
+          AND CASE WHEN j.ready_xid = g.ready_xid AND j.status IN ('queued', 'failed')
+                        AND j.flow_key IS NULL THEN true ELSE false END;
+        GET DIAGNOSTICS v_strays_now = ROW_COUNT;
+        v_strays := v_strays + v_strays_now;
+    END LOOP;
+
+    id := NULL; task := NULL; queue := NULL; payload := NULL; priority := NULL;
+    attempts := NULL; max_attempts := NULL; lease_token := NULL; lease := NULL;
+    metadata := NULL; flow_key := NULL; task_version := NULL;
+    ticked := v_ticked; took := v_took; passed := v_took - v_strays; held := v_held;
+    RETURN NEXT;
+END
+$$;
+
 -- The stable read interface (dashboards, reports, BI): the columns it always had, listed, so a
 -- column of the engine's own (ready_xid) stays out of it.
 CREATE OR REPLACE VIEW {schema}.jobs_all AS
@@ -169,7 +346,7 @@ CREATE OR REPLACE VIEW {schema}.jobs_all AS
 COMMENT ON COLUMN {schema}.jobs.ready_xid IS
     'The transaction that last made the job ready to run (insert, retry, release, snooze...): the next tick gives it a ticket. NULL: parked (no worker knew its task, or a job from before 0020) until a worker that knows its task starts.';
 COMMENT ON INDEX {schema}.jobs_ready_xid_idx IS
-    'The tick''s first read: jobs made ready by the transactions since the last tick.';
+    'The tick''s first read: waiting jobs made ready by the transactions since the last tick.';
 COMMENT ON INDEX {schema}.jobs_parked_idx IS
     'Parked jobs (no ticket) by task: made ready again by a worker that knows the task.';
 COMMENT ON INDEX {schema}.jobs_later_idx IS
@@ -198,9 +375,7 @@ COMMENT ON COLUMN {schema}.ticks.snap IS 'The snapshot the tick read jobs by: th
 COMMENT ON COLUMN {schema}.ticks.at IS 'Its time: the next tick tickets the jobs come due after it.';
 COMMENT ON COLUMN {schema}.lane_claims.lane IS 'The lane a claim took tickets from.';
 COMMENT ON COLUMN {schema}.lane_claims.to_seq IS 'The last ticket it took: the lane''s cursor is the greatest.';
-COMMENT ON FUNCTION {schema}.ready_since(pg_snapshot, pg_snapshot, timestamptz, timestamptz) IS
-    'What a tick reads of jobs: those made ready since the last tick, and those come due since.';
-COMMENT ON FUNCTION {schema}.next_tickets(integer, bigint, integer) IS
-    'A lane''s first tickets past its cursor, in order.';
+COMMENT ON FUNCTION {schema}.claim_tickets(text, integer, text[], text[]) IS
+    'claim_jobs'' claim: a tick, then the lanes'' next tickets and their jobs, leased.';
 COMMENT ON FUNCTION {schema}.jobs_ready_again() IS
     'Trigger: a job made to wait again (retry, release, snooze, operator) is made ready anew.';
