@@ -240,7 +240,7 @@ def claim_cronbase(url: str, batch: int, db: str) -> tuple[list[Row], list[int]]
         rows: list[Any] = []
         while True:
             start = time.perf_counter()
-            rows, _ = cronbase_sql.claim(conn, q, batch, "bench", rows)
+            rows, _, _ = cronbase_sql.claim(conn, q, batch, "bench", rows)
             times.append(time.perf_counter() - start)
             if not rows:
                 break

@@ -24,17 +24,20 @@ NAME = "cronbase SQL, no library"
 
 def claim(
     conn: psycopg.Connection[Any], q: Any, limit: int, worker: str, done: list[Any]
-) -> tuple[list[Any], int]:
+) -> tuple[list[Any], int, bool]:
     """The worker's claim_jobs: write the successes of ``done`` (claimed jobs) and lease up to
-    ``limit`` jobs. Returns the claimed jobs and how many successes were written."""
+    ``limit`` jobs. Returns the claimed jobs, how many successes were written, and whether
+    another claim held what this one wanted (the tick or a lane: an empty claim then does not
+    mean that no job is due; the worker looks again 10 ms later, as this does)."""
     result = claim_jobs_sync(conn, q, claim_params(done=done, limit=limit, worker=worker))
-    return result.jobs, len(result.written_ids)
+    contended = bool(result.held) or result.ticked is False
+    return result.jobs, len(result.written_ids), contended
 
 
 def succeed(conn: psycopg.Connection[Any], q: Any, rows: list[Any], worker: str) -> None:
     """What the worker's completer sends when no claim carries the successes: claim_jobs with
     limit 0."""
-    claim(conn, q, 0, worker, rows)
+    claim(conn, q, 0, worker, rows)  # a claim of none does not tick nor take a lane
 
 
 __all__ = [
@@ -97,7 +100,9 @@ def drain_child(signal_ready: Callable[[], None], url: str, batch: int) -> int:
         signal_ready()
         rows: list[Any] = []
         while True:
-            rows, written = claim(conn, q, batch, "raw", rows)
+            rows, written, contended = claim(conn, q, batch, "raw", rows)
             done += written
-            if not rows:
+            if not rows and not contended:
                 return done
+            if not rows:
+                time.sleep(0.01)  # the harness's cap bounds the whole drain

@@ -54,8 +54,8 @@ CREATE TRIGGER jobs_ready_again BEFORE UPDATE ON {schema}.jobs FOR EACH ROW
                OR NEW.queue IS DISTINCT FROM OLD.queue))
     EXECUTE FUNCTION {schema}.jobs_ready_again();
 
--- A lane: the tickets of one queue and priority, spread over a few shards so that several
--- claims run at once (a claim holds its lane, not the others).
+-- A lane: the tickets of one queue and priority, spread over four shards (by job id, in runs
+-- of 64) so that several claims run at once (a claim holds its lane, not the others).
 CREATE TABLE {schema}.lanes (
     id       integer  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue    text     NOT NULL,
@@ -96,36 +96,42 @@ CREATE TABLE {schema}.lane_claims (
 );
 
 -- claim_jobs' claim (db/sql/jobs.sql calls it after writing the successes it carries). A
--- function so that each of its steps runs only when needed and reads with a snapshot taken
--- after the lock it holds (READ COMMITTED: each statement of a function takes its own), and so
--- that its reads are planned with seq scans, bitmap scans and sorts off: the planner cannot see
--- how narrow its ranges are (bounds from snapshots, cursors), and on a small table it read all
--- of jobs, or every ticket past a cursor, instead: what a held horizon keeps, or a backlog.
+-- plpgsql function so that each step runs only when needed, and reads with a snapshot taken
+-- after the lock it holds (READ COMMITTED: each statement of a function takes its own). Its
+-- bounds are variables, parameters of its statements' cached plans: the planner reads a range
+-- of a parameter as narrow (0.5% of rows) and probes the index, where bounds it could not see
+-- from a join made it read all of jobs on a small table. Its plans are generic, made once per
+-- session (a custom plan of the lease's UPDATE cost ~60 us of planning a claim), and never
+-- read a table whole (a sequential scan of jobs on a table the planner thinks small reads
+-- every dead row a held horizon keeps). tests/integration/test_claim_plan.py reads the plans
+-- of its statements (auto_explain).
 --   1. The tick, one claim at a time (an advisory lock to the end of the transaction; the
 --      others take the tickets already there). The jobs made ready since the last tick: by the
---      transactions at or past its horizon (xmax), and by those still running at it (its
---      xip): PgQ's two-snapshot rule, which never looks at a snapshot's xmin, the very thing an
---      idle transaction holds still. Those ready and due get a ticket, and those made ready
---      before the last tick (visible in its snapshot) that came due since (jobs_later_idx's
---      slice of run_at). The tick is written only when it read something (a row per claim for
---      nothing otherwise); it names the tick it follows (prev_id, unique: a claim whose
---      snapshot predates another's tick writes no tick and, joined to it, no ticket). Its
---      tickets take seq = tick id << 24 + their rank (a later tick commits after this one: its
---      id and seqs are larger): by priority, then run_at and id, in the lanes of (queue,
---      priority), made when new.
+--      transactions at or past its horizon (xmax), and by those still running at it (its xip)
+--      and committed since: PgQ's two-snapshot rule, which never looks at a snapshot's xmin,
+--      the very thing an idle transaction holds still. Those ready and due get a ticket, and
+--      those made ready before the last tick (visible in its snapshot) that came due since
+--      (jobs_later_idx's slice of run_at). What a statement sees beyond this tick's snapshot
+--      (committed since) is left to the next tick. A tick is written only when it read
+--      something (a row per claim for nothing otherwise), after the one it read (prev_id,
+--      unique: a claim whose snapshot predates another's tick writes no tick and, joined to
+--      it, no ticket). Its tickets take seq = tick id << 24 + their rank (a later tick commits
+--      after this one: its id and seqs are larger): by priority, then run_at and id, in the
+--      lanes of (queue, priority, shard: the job's id in runs of 64, modulo 4: a claim's jobs
+--      stay on a few heap pages, where id modulo 4 spread them over four times as many), made
+--      when new. Claims of one lane run one at a time; the shards let four run at once.
 --   2. The lanes: of the worker's queues (p_queues; NULL: all), not paused nor limited (a
 --      limited queue's jobs are claim_flow_jobs'), with tickets past their cursor (their last
 --      lane_claims row), the best priority first, then the oldest next ticket; each not held by
 --      another claim (an advisory lock; one held is passed over and counted), until p_limit.
---   3. In each, its next tickets; the cursor appended (a claim whose snapshot predates the
---      lane's last claim may append the same seq: nothing is written then); their jobs by
---      primary key, locked (a row another statement is changing is read as it leaves it).
---      Those waiting as their ticket says (ready_xid: a job made ready again has a newer
---      ticket; one another claim took is running) and of the worker's tasks (p_tasks; NULL:
---      any; "task@N" for version N >= 2) are leased as the lease_picked fragment does; one of a
---      task the worker does not know is made ready again when a live worker knows its task
---      (ticketed anew, at its lane's end), and parked (ready_xid NULL) otherwise, until a worker
---      that knows it starts (unpark_jobs).
+--   3. In each, its next tickets, the cursor moved past them (a claim whose snapshot predates
+--      the lane's last claim may append the same seq: nothing is written then); their jobs by
+--      primary key, leased as the lease_picked fragment leases when waiting as their ticket
+--      says (ready_xid: a job made ready again has a newer ticket; one another claim took is
+--      running) and of the worker's tasks (p_tasks; NULL: any; "task@N" for version N >= 2).
+--      One of a task the worker does not know is made ready again when a live worker knows its
+--      task (ticketed anew, at its lane's end), and parked (ready_xid NULL) otherwise, until a
+--      worker that knows it starts (unpark_jobs).
 -- Returns the leased jobs (claimed_columns, worker/claim.py) and one last row, its job columns
 -- NULL: whether it ticked, the tickets it took, those but the ones of other workers' tasks
 -- (which come back), the lanes it wanted that another claim held.
@@ -137,186 +143,213 @@ CREATE FUNCTION {schema}.claim_tickets(
     task_version integer, ticked boolean, took integer, passed integer, held integer
 )
 LANGUAGE plpgsql
--- And JIT off: a path turned off costs 1e10, which passes jit_above_cost, and PostgreSQL then
--- compiled each statement of this function, 0.3-0.5 s a claim.
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET jit = off
+-- Large joins of jobs are what a bad plan would cost, so JIT compiling them would too.
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_ticked boolean := false;
+    v_ticked boolean;
+    v_prev_id bigint;
+    v_prev_snap pg_snapshot;
+    v_prev_at timestamptz;
+    v_snap pg_snapshot;
+    v_at timestamptz;
+    v_from xid8;
+    v_to xid8;
+    v_xip xid8[];
     v_took integer := 0;
     v_strays integer := 0;
     v_held integer := 0;
     v_left integer := p_limit;
-    v_seqs bigint[];
     v_ids bigint[];
     v_xids xid8[];
-    v_lane record;
-    v_tick record;
+    v_lane_id integer;
+    v_lanes integer[] := '{{}}';
     v_count integer;
-    v_known_count integer;
-    v_strays_now integer;
 BEGIN
-    -- The tick's lock, and whether there is anything to read (three index probes; the tick
-    -- itself, three inserts, only if so), in one statement.
-    SELECT l.locked,
-           l.locked AND (t.id IS NULL OR EXISTS (
-               SELECT FROM {schema}.jobs j
-               WHERE j.ready_xid >= pg_snapshot_xmax(t.snap) AND j.status IN ('queued', 'failed')
-               UNION ALL
-               SELECT FROM {schema}.jobs j
-               WHERE j.ready_xid = ANY (ARRAY(SELECT pg_snapshot_xip(t.snap)))
-                 AND j.status IN ('queued', 'failed')
-               UNION ALL
-               SELECT FROM {schema}.jobs j
-               WHERE j.run_at > t.at AND j.run_at <= clock_timestamp()
-                 AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
-                 AND j.run_at > j.created_at)) AS needed
-    INTO v_tick
-    FROM (SELECT pg_try_advisory_xact_lock(hashtext('cronbase-tick:' || {schema_name}), 0)
-                 AS locked) l
-    LEFT JOIN LATERAL (
-        SELECT tk.id, tk.snap, tk.at FROM {schema}.ticks tk ORDER BY tk.id DESC LIMIT 1
-    ) t ON true;
-    v_ticked := v_tick.locked;
-    IF v_tick.needed THEN
-        WITH last_tick AS MATERIALIZED (
-            SELECT t.id, t.snap, t.at FROM {schema}.ticks t ORDER BY t.id DESC LIMIT 1
-        ), prev AS MATERIALIZED (
-            -- None in a table emptied by TRUNCATE: tick 0, before every transaction.
-            SELECT l.id, l.snap, l.at FROM last_tick l
+    -- A claim of none (a completer writing successes) neither ticks nor takes (ticked NULL).
+    v_ticked := CASE WHEN p_limit > 0
+                     THEN pg_try_advisory_xact_lock(hashtext('cronbase-tick:' || {schema_name}), 0)
+                END;
+    IF v_ticked THEN
+        -- The last tick (none in a table emptied by TRUNCATE: tick 0, before every
+        -- transaction), and this one's snapshot and time, in one statement.
+        SELECT coalesce(t.id, 0), coalesce(t.snap, '1:1:'), coalesce(t.at, '-infinity'),
+               pg_current_snapshot(), greatest(clock_timestamp(), t.at),
+               pg_snapshot_xmax(coalesce(t.snap, '1:1:')), pg_snapshot_xmax(pg_current_snapshot()),
+               ARRAY(SELECT pg_snapshot_xip(t.snap))
+        INTO v_prev_id, v_prev_snap, v_prev_at, v_snap, v_at, v_from, v_to, v_xip
+        FROM (SELECT 1) one
+        LEFT JOIN LATERAL (
+            SELECT tk.id, tk.snap, tk.at FROM {schema}.ticks tk ORDER BY tk.id DESC LIMIT 1
+        ) t ON true;
+        -- Anything to read? Three index probes; the tick itself (three inserts) only if so.
+        IF EXISTS (
+            SELECT FROM {schema}.jobs j
+            WHERE j.ready_xid >= v_from AND j.ready_xid < v_to
+              AND j.status IN ('queued', 'failed')
             UNION ALL
-            SELECT 0, '1:1:'::pg_snapshot, '-infinity'::timestamptz
-            WHERE NOT EXISTS (SELECT FROM last_tick)
-        ), cur AS MATERIALIZED (
-            SELECT p.id AS prev_id, p.snap AS prev_snap, p.at AS prev_at,
-                   pg_current_snapshot() AS snap, greatest(clock_timestamp(), p.at) AS at
-            FROM prev p
-        ), seen AS MATERIALIZED (
-            SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
-                   j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at <= c.at
-                   AS is_ready
-            FROM cur c JOIN {schema}.jobs j
-              ON j.ready_xid >= pg_snapshot_xmax(c.prev_snap)
-             AND j.ready_xid < pg_snapshot_xmax(c.snap)
-            WHERE j.status IN ('queued', 'failed')
+            SELECT FROM {schema}.jobs j
+            WHERE j.ready_xid = ANY (v_xip) AND j.status IN ('queued', 'failed')
             UNION ALL
-            SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
-                   j.status IN ('queued', 'failed') AND j.flow_key IS NULL AND j.run_at <= c.at
-            FROM cur c JOIN {schema}.jobs j
-              ON j.ready_xid = ANY (ARRAY(SELECT pg_snapshot_xip(c.prev_snap)))
-            WHERE j.status IN ('queued', 'failed')
-            UNION ALL
-            SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid, true
-            FROM cur c JOIN {schema}.jobs j ON j.run_at > c.prev_at AND j.run_at <= c.at
-            WHERE j.status IN ('queued', 'failed') AND j.flow_key IS NULL
-              AND j.run_at > j.created_at AND pg_visible_in_snapshot(j.ready_xid, c.prev_snap)
-        ), ready AS MATERIALIZED (
-            SELECT s.id, s.queue, s.priority, s.run_at, s.ready_xid,
-                   row_number() OVER (ORDER BY s.priority, s.run_at, s.id) AS rank
-            FROM seen s WHERE s.is_ready
-        ), tick AS (
-            INSERT INTO {schema}.ticks (prev_id, snap, at)
-            SELECT c.prev_id, c.snap, c.at FROM cur c WHERE EXISTS (SELECT FROM seen)
-            ON CONFLICT (prev_id) DO NOTHING
-            RETURNING ticks.id
-        ), new_lanes AS (
-            INSERT INTO {schema}.lanes (queue, priority, shard)
-            SELECT DISTINCT r.queue, r.priority, 0 FROM ready r, tick
-            ON CONFLICT DO NOTHING
-            RETURNING lanes.id, lanes.queue, lanes.priority
-        ), made AS (
-            INSERT INTO {schema}.tickets (lane, seq, job_id, ready_xid)
-            SELECT l.id, (t.id << 24) + r.rank, r.id, r.ready_xid
-            FROM tick t CROSS JOIN ready r
-            JOIN (SELECT ln.id, ln.queue, ln.priority FROM {schema}.lanes ln
-                  UNION ALL SELECT nl.id, nl.queue, nl.priority FROM new_lanes nl) l
-              ON l.queue = r.queue AND l.priority = r.priority
-            RETURNING 1
-        )
-        SELECT count(*) INTO v_count FROM made;
+            SELECT FROM {schema}.jobs j
+            WHERE j.run_at > v_prev_at AND j.run_at <= v_at
+              AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+              AND j.run_at > j.created_at
+        ) THEN
+            WITH seen AS MATERIALIZED (
+                SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
+                       j.flow_key IS NULL AND j.run_at <= v_at AS is_ready
+                FROM {schema}.jobs j
+                WHERE j.ready_xid >= v_from AND j.ready_xid < v_to
+                  AND j.status IN ('queued', 'failed')
+                  AND pg_visible_in_snapshot(j.ready_xid, v_snap)
+                UNION ALL
+                SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid,
+                       j.flow_key IS NULL AND j.run_at <= v_at
+                FROM {schema}.jobs j
+                WHERE j.ready_xid = ANY (v_xip) AND j.status IN ('queued', 'failed')
+                  AND pg_visible_in_snapshot(j.ready_xid, v_snap)
+                UNION ALL
+                SELECT j.id, j.queue, j.priority, j.run_at, j.ready_xid, true
+                FROM {schema}.jobs j
+                WHERE j.run_at > v_prev_at AND j.run_at <= v_at
+                  AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+                  AND j.run_at > j.created_at
+                  AND pg_visible_in_snapshot(j.ready_xid, v_prev_snap)
+            ), ready AS MATERIALIZED (
+                SELECT s.id, s.queue, s.priority, s.ready_xid, ((s.id >> 6) & 3)::smallint AS shard,
+                       row_number() OVER (ORDER BY s.priority, s.run_at, s.id) AS rank
+                FROM seen s WHERE s.is_ready
+            ), tick AS (
+                INSERT INTO {schema}.ticks (prev_id, snap, at) VALUES (v_prev_id, v_snap, v_at)
+                ON CONFLICT (prev_id) DO NOTHING
+                RETURNING ticks.id
+            ), new_lanes AS (
+                INSERT INTO {schema}.lanes (queue, priority, shard)
+                SELECT DISTINCT r.queue, r.priority, r.shard FROM ready r, tick
+                ON CONFLICT DO NOTHING
+                RETURNING lanes.id, lanes.queue, lanes.priority, lanes.shard
+            ), made AS (
+                INSERT INTO {schema}.tickets (lane, seq, job_id, ready_xid)
+                SELECT l.id, (t.id << 24) + r.rank, r.id, r.ready_xid
+                FROM tick t CROSS JOIN ready r
+                JOIN (SELECT ln.id, ln.queue, ln.priority, ln.shard FROM {schema}.lanes ln
+                      UNION ALL SELECT nl.id, nl.queue, nl.priority, nl.shard FROM new_lanes nl) l
+                  ON l.queue = r.queue AND l.priority = r.priority AND l.shard = r.shard
+                RETURNING 1
+            )
+            SELECT count(*) INTO v_count FROM made;
+        END IF;
     END IF;
 
-    FOR v_lane IN
-        SELECT ln.id, k.cursor FROM {schema}.lanes ln
-        CROSS JOIN LATERAL (
-            SELECT coalesce(max(lc.to_seq), 0) AS cursor
-            FROM {schema}.lane_claims lc WHERE lc.lane = ln.id
-        ) k
-        CROSS JOIN LATERAL (
-            SELECT tk.seq FROM {schema}.tickets tk WHERE tk.lane = ln.id AND tk.seq > k.cursor
-            ORDER BY tk.seq LIMIT 1
-        ) h
-        WHERE (p_queues IS NULL OR ln.queue = ANY (p_queues))
-          AND NOT EXISTS (SELECT FROM {schema}.queues q WHERE q.name = ln.queue AND q.holds_claims)
-        ORDER BY ln.priority, h.seq
-    LOOP
-        EXIT WHEN v_left <= 0;
-        IF NOT pg_try_advisory_xact_lock(hashtext('cronbase-lanes:' || {schema_name}), v_lane.id) THEN
-            v_held := v_held + 1;
-            CONTINUE;
-        END IF;
-        -- Its next tickets, the cursor moved past them (a claim whose snapshot predates the
-        -- lane's last claim may append the same seq: nothing is written then).
-        WITH taken AS MATERIALIZED (
-            SELECT t.seq, t.job_id, t.ready_xid FROM {schema}.tickets t
-            WHERE t.lane = v_lane.id AND t.seq > v_lane.cursor
-            ORDER BY t.seq LIMIT v_left
-        ), moved AS (
-            INSERT INTO {schema}.lane_claims (lane, to_seq)
-            SELECT v_lane.id, max(k.seq) FROM taken k HAVING count(*) > 0
-            ON CONFLICT DO NOTHING
-        )
-        SELECT coalesce(array_agg(k.job_id), '{{}}'), coalesce(array_agg(k.ready_xid), '{{}}')
-        INTO v_ids, v_xids
-        FROM taken k;
-        v_count := cardinality(v_ids);
-        CONTINUE WHEN v_count = 0;
-        v_took := v_took + v_count;
-        -- Their jobs by primary key, leased (as the lease_picked fragment of db/sql/jobs.sql
-        -- leases) when waiting as their ticket says and of the worker's tasks. The tests of the
-        -- row are CASE expressions on purpose: a plain status test would let the planner walk a
-        -- partial index of waiting jobs instead of probing the key, the index a held horizon
-        -- fills with dead entries.
-        RETURN QUERY
-        UPDATE {schema}.jobs j
-        SET status = 'running', attempts = j.attempts + 1, locked_by = p_worker,
-            locked_until = now() + j.lease, lease_token = gen_random_uuid(),
-            started_at = now(), updated_at = now()
-        FROM unnest(v_ids, v_xids) AS g(job_id, ready_xid)
-        WHERE j.id = g.job_id
-          AND CASE WHEN j.ready_xid = g.ready_xid AND j.status IN ('queued', 'failed')
-                        AND j.flow_key IS NULL
-                        AND (p_tasks IS NULL
-                             OR j.task = ANY (p_tasks)
-                                AND (j.task_version IS NULL
-                                     OR j.task || '@' || j.task_version = ANY (p_tasks)))
-                   THEN true ELSE false END
-        RETURNING j.id, j.task, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
-                  j.lease_token, extract(epoch FROM j.lease)::float8, j.metadata::text,
-                  j.flow_key, j.task_version, NULL::boolean, NULL::integer, NULL::integer,
-                  NULL::integer;
-        GET DIAGNOSTICS v_known_count = ROW_COUNT;
-        v_left := v_left - v_known_count;
-        CONTINUE WHEN v_known_count = v_count OR p_tasks IS NULL;
-        -- Some not leased: gone on (taken, cancelled, made ready again), or of a task this
-        -- worker does not know, which is made ready again when a live worker knows it
-        -- (ticketed anew, at its lane's end), and parked (ready_xid NULL) otherwise.
-        UPDATE {schema}.jobs j
-        SET ready_xid = CASE WHEN EXISTS (
-                SELECT FROM {schema}.workers wk
-                WHERE wk.last_seen_at > now() - interval '1 minute'
-                  AND (wk.tasks IS NULL
-                       OR CASE WHEN j.task_version IS NULL THEN j.task
-                               ELSE j.task || '@' || j.task_version END = ANY (wk.tasks)))
-            THEN pg_current_xact_id() END
-        FROM unnest(v_ids, v_xids) AS g(job_id, ready_xid)
-        WHERE j.id = g.job_id
-          AND CASE WHEN j.ready_xid = g.ready_xid AND j.status IN ('queued', 'failed')
-                        AND j.flow_key IS NULL THEN true ELSE false END;
-        GET DIAGNOSTICS v_strays_now = ROW_COUNT;
-        v_strays := v_strays + v_strays_now;
-    END LOOP;
+    IF p_limit > 0 THEN
+        LOOP
+            EXIT WHEN v_left <= 0;
+            -- The best lane with tickets past its cursor that no other claim holds (its lock
+            -- taken as the sorted lanes are read: OFFSET 0 keeps the lock out of the scan, so
+            -- no lane is locked but the one taken), its next tickets, its cursor moved past them.
+            WITH lane AS MATERIALIZED (
+                SELECT c.id, c.cursor FROM (
+                    SELECT ln.id, k.cursor FROM {schema}.lanes ln
+                    CROSS JOIN LATERAL (
+                        SELECT coalesce(max(lc.to_seq), 0) AS cursor
+                        FROM {schema}.lane_claims lc WHERE lc.lane = ln.id
+                    ) k
+                    CROSS JOIN LATERAL (
+                        SELECT tk.seq FROM {schema}.tickets tk
+                        WHERE tk.lane = ln.id AND tk.seq > k.cursor
+                        ORDER BY tk.seq LIMIT 1
+                    ) h
+                    WHERE (p_queues IS NULL OR ln.queue = ANY (p_queues))
+                      AND ln.id <> ALL (v_lanes)
+                      AND NOT EXISTS (
+                          SELECT FROM {schema}.queues q WHERE q.name = ln.queue AND q.holds_claims)
+                    ORDER BY ln.priority, h.seq
+                    OFFSET 0
+                ) c
+                WHERE pg_try_advisory_xact_lock(hashtext('cronbase-lanes:' || {schema_name}), c.id)
+                LIMIT 1
+            ), taken AS MATERIALIZED (
+                SELECT t.seq, t.job_id, t.ready_xid FROM lane l
+                CROSS JOIN LATERAL (
+                    SELECT tk.seq, tk.job_id, tk.ready_xid FROM {schema}.tickets tk
+                    WHERE tk.lane = l.id AND tk.seq > l.cursor
+                    ORDER BY tk.seq LIMIT v_left
+                ) t
+            ), moved AS (
+                INSERT INTO {schema}.lane_claims (lane, to_seq)
+                SELECT l.id, k.last FROM lane l, (SELECT max(tk.seq) AS last FROM taken tk) k
+                WHERE k.last IS NOT NULL
+                ON CONFLICT DO NOTHING
+            )
+            SELECT (SELECT l.id FROM lane l), coalesce(array_agg(k.job_id), '{{}}'),
+                   coalesce(array_agg(k.ready_xid), '{{}}')
+            INTO v_lane_id, v_ids, v_xids
+            FROM taken k;
+            IF v_lane_id IS NULL THEN
+                -- None left to take: the lanes with tickets that other claims hold, if any.
+                SELECT count(*) INTO v_held FROM {schema}.lanes ln
+                WHERE (p_queues IS NULL OR ln.queue = ANY (p_queues))
+                  AND ln.id <> ALL (v_lanes)
+                  AND EXISTS (
+                      SELECT FROM {schema}.tickets tk
+                      WHERE tk.lane = ln.id AND tk.seq > (
+                          SELECT coalesce(max(lc.to_seq), 0)
+                          FROM {schema}.lane_claims lc WHERE lc.lane = ln.id))
+                  AND NOT EXISTS (
+                      SELECT FROM {schema}.queues q WHERE q.name = ln.queue AND q.holds_claims);
+                EXIT;
+            END IF;
+            v_lanes := v_lanes || v_lane_id;
+            v_count := cardinality(v_ids);
+            CONTINUE WHEN v_count = 0;
+            v_took := v_took + v_count;
+            -- By primary key (id = ANY), leased as the lease_picked fragment of db/sql/jobs.sql
+            -- leases, when waiting as their ticket says and of the worker's tasks. The tests of the
+            -- row are a CASE on purpose: a plain status test would let the planner walk a partial
+            -- index of waiting jobs instead, the index a held horizon fills with dead entries.
+            RETURN QUERY
+            UPDATE {schema}.jobs j
+            SET status = 'running', attempts = j.attempts + 1, locked_by = p_worker,
+                locked_until = now() + j.lease, lease_token = gen_random_uuid(),
+                started_at = now(), updated_at = now()
+            WHERE j.id = ANY (v_ids)
+              AND CASE WHEN j.ready_xid = v_xids[array_position(v_ids, j.id)]
+                            AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+                            AND (p_tasks IS NULL
+                                 OR j.task = ANY (p_tasks)
+                                    AND (j.task_version IS NULL
+                                         OR j.task || '@' || j.task_version = ANY (p_tasks)))
+                       THEN true ELSE false END
+            RETURNING j.id, j.task, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
+                      j.lease_token, extract(epoch FROM j.lease)::float8, j.metadata::text,
+                      j.flow_key, j.task_version, NULL::boolean, NULL::integer, NULL::integer,
+                      NULL::integer;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            v_left := v_left - v_count;
+            CONTINUE WHEN v_count = cardinality(v_ids) OR p_tasks IS NULL;
+            -- Some not leased: gone on (taken, cancelled, made ready again), or of a task this
+            -- worker does not know: made ready again when a live worker knows it (ticketed anew, at
+            -- its lane's end), parked (ready_xid NULL) otherwise.
+            UPDATE {schema}.jobs j
+            SET ready_xid = CASE WHEN EXISTS (
+                    SELECT FROM {schema}.workers wk
+                    WHERE wk.last_seen_at > now() - interval '1 minute'
+                      AND (wk.tasks IS NULL
+                           OR CASE WHEN j.task_version IS NULL THEN j.task
+                                   ELSE j.task || '@' || j.task_version END = ANY (wk.tasks)))
+                THEN pg_current_xact_id() END
+            WHERE j.id = ANY (v_ids)
+              AND CASE WHEN j.ready_xid = v_xids[array_position(v_ids, j.id)]
+                            AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+                       THEN true ELSE false END;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            v_strays := v_strays + v_count;
+        END LOOP;
+    END IF;
 
     id := NULL; task := NULL; queue := NULL; payload := NULL; priority := NULL;
     attempts := NULL; max_attempts := NULL; lease_token := NULL; lease := NULL;
