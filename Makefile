@@ -121,3 +121,21 @@ soak: $(BENCH_STAMP)
 
 soak-ci: prerequisites $(STAMP)
 	$(VENV)/bin/python -m bench.soak --ci $(SOAK_ARGS)
+
+# make pressure: cronbase, raw SQL, pgqueuer, procrastinate and pg-boss 12 side by side under an
+# idle-in-transaction session, four REPEATABLE READ readers and 1.5x overload, at 40% of each
+# one's capacity (bench/pressure/README.md); about 3.5-4 hours, PRESSURE_ARGS="--quick" about 12
+# minutes a subject, PRESSURE_ARGS="--quick --subjects cronbase --scenarios idle" one of each.
+# pg-boss comes from npm into bench/pressure/node/node_modules (reinstalled when package.json or
+# its lock file is newer than the stamp).
+PRESSURE_NODE = bench/pressure/node
+PRESSURE_NODE_STAMP = $(PRESSURE_NODE)/node_modules/.installed
+
+.PHONY: pressure
+
+pressure: $(BENCH_STAMP) $(PRESSURE_NODE_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.pressure $(PRESSURE_ARGS)
+
+$(PRESSURE_NODE_STAMP): $(PRESSURE_NODE)/package.json $(wildcard $(PRESSURE_NODE)/package-lock.json)
+	cd $(PRESSURE_NODE) && npm install --no-audit --no-fund
+	touch $(PRESSURE_NODE_STAMP)

@@ -122,15 +122,20 @@ class Deploy:
         return str(self.previous.python) if code == "previous" else sys.executable
 
     def cli(self, code: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        done = subprocess.run(
             [self.python(code), "-m", "cronbase", "--schema", self.schema, *args],
             env={**os.environ, **self.env(code)},
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=120,
-            check=check,
         )
+        if check and done.returncode != 0:  # with what it said, not only its exit status
+            pytest.fail(
+                f"{code} cronbase {' '.join(args)}: exit {done.returncode}\n"
+                f"{done.stdout}{done.stderr}"
+            )
+        return done
 
     def produce(self, code: str, start: int, count: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

@@ -17,7 +17,9 @@ restarted mid-deploy) starts unless a newer migration is a contract one it is to
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 import zlib
 from dataclasses import dataclass
 from importlib import resources
@@ -27,6 +29,14 @@ from psycopg import sql
 
 from ..errors import MigrationError
 from .queries import render
+
+log = logging.getLogger(__name__)
+
+# A migration that alters several tables takes their locks one by one while the workers of the
+# running release (a rolling deploy) lock the same tables in their own order: PostgreSQL may end
+# the cycle by failing the migration's transaction. It rolled back whole, so it is run again.
+DEADLOCK_RETRIES = 8
+_RETRIED = (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable)
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 _CONTRACT = re.compile(r"^-- contract: workers from (\d{4})\s*$", re.MULTILINE)
@@ -178,32 +188,55 @@ def _apply(conn: psycopg.Connection, schema: str, *, force: bool) -> list[str]:
         for migration in MIGRATIONS:
             if migration.version in applied:
                 continue
-            try:
-                with conn.transaction():
-                    conn.execute(render(migration.template, schema))
-                    conn.execute(
-                        sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(
-                            ident
-                        ),
-                        [migration.version, migration.name],
-                    )
-                    if migration.contract_from is not None:  # the column exists from 0016 on
-                        conn.execute(
-                            sql.SQL(
-                                "UPDATE {}.migrations SET contract_from = %s WHERE version = %s"
-                            ).format(ident),
-                            [migration.contract_from, migration.version],
-                        )
-            except psycopg.Error as exc:
-                raise MigrationError(
-                    f"migration {migration.version:04d}_{migration.name} failed on schema "
-                    f"{schema!r}: {str(exc).strip().splitlines()[0]}"
-                ) from exc
+            _apply_one(conn, schema, migration)
             done.append(f"{migration.version:04d}_{migration.name}")
         return done
     finally:
         if not conn.closed:
             conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def _apply_one(conn: psycopg.Connection, schema: str, migration: Migration) -> None:
+    """One migration in one transaction, run again (bounded) when a deadlock with the running
+    workers ended it."""
+    ident = sql.Identifier(schema)
+    name = f"{migration.version:04d}_{migration.name}"
+    for attempt in range(1, DEADLOCK_RETRIES + 1):
+        try:
+            with conn.transaction():
+                conn.execute(render(migration.template, schema))
+                conn.execute(
+                    sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(
+                        ident
+                    ),
+                    [migration.version, migration.name],
+                )
+                if migration.contract_from is not None:  # the column exists from 0016 on
+                    conn.execute(
+                        sql.SQL(
+                            "UPDATE {}.migrations SET contract_from = %s WHERE version = %s"
+                        ).format(ident),
+                        [migration.contract_from, migration.version],
+                    )
+            return
+        except _RETRIED as exc:
+            if attempt == DEADLOCK_RETRIES:
+                raise MigrationError(
+                    f"migration {name} failed on schema {schema!r} {attempt} times over: "
+                    f"{str(exc).strip().splitlines()[0]}"
+                ) from exc
+            log.warning(
+                "migration %s: %s; running it again (%d of %d)",
+                name,
+                str(exc).strip().splitlines()[0],
+                attempt + 1,
+                DEADLOCK_RETRIES,
+            )
+            time.sleep(min(0.1 * 2**attempt, 3.0))
+        except psycopg.Error as exc:
+            raise MigrationError(
+                f"migration {name} failed on schema {schema!r}: {str(exc).strip().splitlines()[0]}"
+            ) from exc
 
 
 def require_current(conn: psycopg.Connection, schema: str, *, newer_ok: bool = False) -> int:
