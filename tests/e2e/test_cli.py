@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.conftest import wait_for
+from tests.e2e.harness import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 CRONBASE = Path(sys.executable).with_name("cronbase")
@@ -23,7 +24,8 @@ APP = "tests.e2e.cli_app:app"
 
 def cli_env(database_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CRONBASE_APP")}
-    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO), COLUMNS="200")
+    # The repository (the tests' apps), and a worktree's PYTHONPATH=src after it.
+    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=python_path(), COLUMNS="200")
     env.update(extra)
     return env
 

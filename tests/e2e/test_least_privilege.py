@@ -262,6 +262,8 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
     assert [p for p in printed if " ON FUNCTION " in p] == [
         'GRANT EXECUTE ON FUNCTION "cronbase"."create_history_days"(date, date) TO "app";',
         'GRANT EXECUTE ON FUNCTION "cronbase"."drop_history_days"(text, timestamptz) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."claim_tickets"(text, integer, text[], text[]) '
+        'TO "app";',
     ]
     assert table_grants(owner_url, "app") == {}, "printing must grant nothing"
 
@@ -507,13 +509,13 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             [SCHEMA],
         ).fetchall()
         assert functions == [
-            ("claim_tickets", True),  # 0020's claim (and jobs_ready_again, its trigger)
-            ("create_history_days", False),  # FUNCTION_PRIVILEGES grants them
+            ("claim_tickets", False),  # FUNCTION_PRIVILEGES grants them
+            ("create_history_days", False),
             ("drop_history_days", False),
             ("history_settled", True),
             ("insert_keyed_job", True),  # 0015's, and 0018's (with a task version)
             ("insert_keyed_job", True),
-            ("jobs_ready_again", True),
+            ("jobs_ready_again", True),  # 0020's trigger
             ("notify_done", True),
             ("parents_results", True),
             ("repend_dependents", True),

@@ -103,13 +103,14 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: get_event (wait_for), suspend_jobs (is the event there?). INSERT: emit_event.
         #   DELETE: prune_events (retention).
         "events": ("SELECT", "INSERT", "DELETE"),
-        # The claims' tickets (migration 0020): claim_jobs reads and appends them (its tick),
-        #   clear_tickets deletes what every claim passed. No UPDATE: each is written once.
-        "tickets": ("SELECT", "INSERT", "DELETE"),
-        "ticks": ("SELECT", "INSERT", "DELETE"),
-        "lane_claims": ("SELECT", "INSERT", "DELETE"),
-        # SELECT, INSERT: claim_jobs (a queue and priority's first tickets make its lanes).
-        "lanes": ("SELECT", "INSERT"),
+        # The claims' tickets, ticks, cursors and lanes (migration 0020): written only by
+        #   claim_tickets, which runs as the schema's owner (EXECUTE below). SELECT, DELETE:
+        #   clear_tickets (the reaper) deletes what every cursor passed; SELECT on lanes: the
+        #   same. No INSERT, no UPDATE: this role cannot forge a ticket or move a cursor.
+        "tickets": ("SELECT", "DELETE"),
+        "ticks": ("SELECT", "DELETE"),
+        "lane_claims": ("SELECT", "DELETE"),
+        "lanes": ("SELECT",),
     }
 )
 # Sequences a statement calls nextval() on: insert_graph draws a workflow's ids up front, so its
@@ -117,13 +118,16 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
 SEQUENCE_PRIVILEGES: Mapping[str, tuple[Literal["USAGE"], ...]] = MappingProxyType(
     {"jobs_id_seq": ("USAGE",)}
 )
-# Functions PUBLIC may not execute (revoked by migration 0015): they run as the schema's owner
-# (SECURITY DEFINER) to create and drop the history's day partitions, which the application
-# role's workers do in their retention rounds. Granted by signature.
+# Functions PUBLIC may not execute (revoked by migrations 0015 and 0020): they run as the
+# schema's owner (SECURITY DEFINER) to create and drop the history's day partitions, which the
+# application role's workers do in their retention rounds, and to write the claim's tickets.
+# Granted by signature.
 FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxyType(
     {
         "create_history_days(date, date)": ("EXECUTE",),
         "drop_history_days(text, timestamptz)": ("EXECUTE",),
+        # claim_jobs' claim (0020): writes the tickets, ticks, cursors and lanes as the owner.
+        "claim_tickets(text, integer, text[], text[])": ("EXECUTE",),
     }
 )
 # Not granted, on purpose:
@@ -132,7 +136,7 @@ FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxy
 # - other functions: the statements call built-ins (pg_notify, gen_random_uuid, now,
 #   pg_try_advisory_xact_lock...) and the schema's own (parents_results, resolve_dependents,
 #   notify_done, settle_dependents, repend_dependents, history_settled, insert_keyed_job,
-#   jobs_ready_again, claim_tickets), which
+#   jobs_ready_again), which
 #   run with the caller's rights and PUBLIC may execute, as it may any new function (the test
 #   checks);
 # - CREATE on the schema, TRUNCATE, REFERENCES, TRIGGER, ownership: only migrations need them;

@@ -143,6 +143,11 @@ CREATE FUNCTION {schema}.claim_tickets(
     task_version integer, ticked boolean, took integer, passed integer, held integer
 )
 LANGUAGE plpgsql
+-- As the schema's owner: the tickets, ticks, lanes and cursors are written by this function
+-- only, so the application role needs no INSERT on them (db/grants.py grants EXECUTE on it);
+-- every name in it is schema-qualified, and the search path is pinned.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 -- Large joins of jobs are what a bad plan would cost, so JIT compiling them would too.
 SET jit = off
 SET plan_cache_mode = force_generic_plan
@@ -408,6 +413,7 @@ COMMENT ON COLUMN {schema}.ticks.snap IS 'The snapshot the tick read jobs by: th
 COMMENT ON COLUMN {schema}.ticks.at IS 'Its time: the next tick tickets the jobs come due after it.';
 COMMENT ON COLUMN {schema}.lane_claims.lane IS 'The lane a claim took tickets from.';
 COMMENT ON COLUMN {schema}.lane_claims.to_seq IS 'The last ticket it took: the lane''s cursor is the greatest.';
+REVOKE EXECUTE ON FUNCTION {schema}.claim_tickets(text, integer, text[], text[]) FROM PUBLIC;
 COMMENT ON FUNCTION {schema}.claim_tickets(text, integer, text[], text[]) IS
     'claim_jobs'' claim: a tick, then the lanes'' next tickets and their jobs, leased.';
 COMMENT ON FUNCTION {schema}.jobs_ready_again() IS
