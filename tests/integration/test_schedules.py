@@ -6,6 +6,8 @@ Time moves by handing the scheduler an explicit ``now`` (a test clock); nothing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -334,3 +336,47 @@ def test_async_twins_do_the_same(report_app: cronbase.App) -> None:
         await report_app.aclose()
 
     asyncio.run(main())
+
+
+def test_a_scheduler_connection_the_server_ended_is_replaced_not_a_failed_tick(
+    app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restart ends the scheduler's connection while its loop sleeps between ticks: the next
+    tick takes a new one instead of failing (which logged a second outage after the worker's
+    other parts had said the database was back)."""
+    sessions = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'cronbase-scheduler' "
+        "AND state = 'idle' AND datname = current_database()"
+    )
+
+    async def scenario() -> list[int]:
+        # Ticks 2 s apart: the connection is ended well inside a sleep, not during a tick.
+        scheduler = Scheduler(app.db, app.tasks, app.periodic_schedules, interval=2)
+        loop = asyncio.create_task(scheduler.run())
+        seen: list[int] = []
+        try:
+            # Bounded waits: its first connection idle between ticks, then ended by the server.
+            for _ in range(600):
+                if rows := db.execute(sessions).fetchall():
+                    break
+                await asyncio.sleep(0.1)
+            assert rows, "the scheduler never connected"
+            first = rows[0][0]
+            db.execute("SELECT pg_terminate_backend(%s)", [first])
+            for _ in range(600):
+                seen = [pid for (pid,) in db.execute(sessions).fetchall()]
+                if seen and first not in seen:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.5)  # another tick on the new connection
+        finally:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+        return seen
+
+    caplog.set_level(logging.INFO)
+    seen = asyncio.run(scenario())
+    assert seen, "no new scheduler connection"
+    failed = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert failed == [], failed

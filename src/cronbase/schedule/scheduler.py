@@ -379,6 +379,7 @@ class Scheduler:
         the loop itself only ends when cancelled.
         """
         from ..db.health import FailureLog
+        from ..db.pool import has_news
 
         failures = FailureLog("scheduler tick")
         conn: psycopg.AsyncConnection[Any] | None = None
@@ -386,6 +387,12 @@ class Scheduler:
         try:
             while True:
                 try:
+                    if conn is not None and has_news(conn):
+                        # The server ended it while the loop slept (a restart, an idle
+                        # timeout): a new connection, not a failed tick and a second outage
+                        # line after the other parts said the database was back.
+                        await conn.close()
+                        conn = None
                     if conn is None or conn.closed:
                         conn = await self._connect()
                     if not declared:
