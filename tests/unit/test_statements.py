@@ -23,17 +23,17 @@ def test_the_checked_in_statements_are_current() -> None:
     assert "/* include:" not in written
     assert "/* in_queues */" not in written
     assert "{schema}" not in written
-    assert '"cronbase".tickets' in rendered()["claim_jobs"]
+    assert '"cronbase".claim_tickets(%(worker)s' in rendered()["claim_jobs"]
 
 
 def test_cronbase_sql_prints_a_statement_for_the_schema(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["--schema", "other", "sql", "claim_jobs_in_queues"]) == 0
+    assert main(["--schema", "other", "sql", "claim_fair_jobs_in_queues"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("-- name: claim_jobs_in_queues\n")
+    assert out.startswith("-- name: claim_fair_jobs_in_queues\n")
     assert '"other".jobs' in out
-    assert "AND queue = ANY (%(queues)s::text[])" in out
+    assert "= ANY (%(queues)s::text[])" in out
 
 
 def test_an_unknown_statement_is_one_line_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

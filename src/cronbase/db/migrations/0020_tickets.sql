@@ -290,8 +290,8 @@ BEGIN
                 WHERE k.last IS NOT NULL
                 ON CONFLICT DO NOTHING
             )
-            SELECT (SELECT l.id FROM lane l), coalesce(array_agg(k.job_id), '{{}}'),
-                   coalesce(array_agg(k.ready_xid), '{{}}')
+            SELECT (SELECT l.id FROM lane l), coalesce(array_agg(k.job_id ORDER BY k.seq), '{{}}'),
+                   coalesce(array_agg(k.ready_xid ORDER BY k.seq), '{{}}')
             INTO v_lane_id, v_ids, v_xids
             FROM taken k;
             IF v_lane_id IS NULL THEN
@@ -316,23 +316,32 @@ BEGIN
             -- leases, when waiting as their ticket says and of the worker's tasks. The tests of the
             -- row are a CASE on purpose: a plain status test would let the planner walk a partial
             -- index of waiting jobs instead, the index a held horizon fills with dead entries.
+            -- Returned in ticket order (an UPDATE returns its rows in no particular order).
             RETURN QUERY
-            UPDATE {schema}.jobs j
-            SET status = 'running', attempts = j.attempts + 1, locked_by = p_worker,
-                locked_until = now() + j.lease, lease_token = gen_random_uuid(),
-                started_at = now(), updated_at = now()
-            WHERE j.id = ANY (v_ids)
-              AND CASE WHEN j.ready_xid = v_xids[array_position(v_ids, j.id)]
-                            AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
-                            AND (p_tasks IS NULL
-                                 OR j.task = ANY (p_tasks)
-                                    AND (j.task_version IS NULL
-                                         OR j.task || '@' || j.task_version = ANY (p_tasks)))
-                       THEN true ELSE false END
-            RETURNING j.id, j.task, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
-                      j.lease_token, extract(epoch FROM j.lease)::float8, j.metadata::text,
-                      j.flow_key, j.task_version, NULL::boolean, NULL::integer, NULL::integer,
-                      NULL::integer;
+            WITH leased AS (
+                UPDATE {schema}.jobs j
+                SET status = 'running', attempts = j.attempts + 1, locked_by = p_worker,
+                    locked_until = now() + j.lease, lease_token = gen_random_uuid(),
+                    started_at = now(), updated_at = now()
+                WHERE j.id = ANY (v_ids)
+                  AND CASE WHEN j.ready_xid = v_xids[array_position(v_ids, j.id)]
+                                AND j.status IN ('queued', 'failed') AND j.flow_key IS NULL
+                                AND (p_tasks IS NULL
+                                     OR j.task = ANY (p_tasks)
+                                        AND (j.task_version IS NULL
+                                             OR j.task || '@' || j.task_version = ANY (p_tasks)))
+                           THEN true ELSE false END
+                RETURNING j.id AS l_id, j.task AS l_task, j.queue AS l_queue,
+                          j.payload::text AS l_payload, j.priority AS l_priority,
+                          j.attempts AS l_attempts, j.max_attempts AS l_max_attempts,
+                          j.lease_token AS l_lease_token, extract(epoch FROM j.lease)::float8 AS l_lease,
+                          j.metadata::text AS l_metadata, j.flow_key AS l_flow_key,
+                          j.task_version AS l_task_version
+            )
+            SELECT lj.l_id, lj.l_task, lj.l_queue, lj.l_payload, lj.l_priority, lj.l_attempts,
+                   lj.l_max_attempts, lj.l_lease_token, lj.l_lease, lj.l_metadata, lj.l_flow_key,
+                   lj.l_task_version, NULL::boolean, NULL::integer, NULL::integer, NULL::integer
+            FROM leased lj ORDER BY array_position(v_ids, lj.l_id);
             GET DIAGNOSTICS v_count = ROW_COUNT;
             v_left := v_left - v_count;
             CONTINUE WHEN v_count = cardinality(v_ids) OR p_tasks IS NULL;
