@@ -42,7 +42,7 @@ UPDATE "cronbase".jobs j
 SET base_priority = coalesce(j.base_priority, j.priority), priority = g.priority,
     updated_at = now()
 FROM aged g
-WHERE j.id = g.id
+WHERE j.id = g.id AND EXISTS (SELECT FROM aged)
 RETURNING j.id, j.queue, j.priority;
 
 -- name: cancel_job

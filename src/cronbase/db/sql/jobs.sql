@@ -348,7 +348,9 @@ UPDATE {schema}.jobs j
 SET base_priority = coalesce(j.base_priority, j.priority), priority = g.priority,
     updated_at = now()
 FROM aged g
-WHERE j.id = g.id
+-- EXISTS: a one-time filter, so with no job to age the join is not run, whichever way the
+-- planner joins (a hash join, chosen on a small table, would scan jobs for nothing).
+WHERE j.id = g.id AND EXISTS (SELECT FROM aged)
 RETURNING j.id, j.queue, j.priority;
 
 -- name: reap_expired_jobs
