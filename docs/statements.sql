@@ -1032,6 +1032,14 @@ WITH lock AS MATERIALIZED (
 )
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM moved)::integer AS moved;
 
+-- name: oldest_expired_lease
+SELECT coalesce(
+    (SELECT locked_until FROM "cronbase".jobs
+     WHERE status = 'running' AND locked_until < now()
+       AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
+     ORDER BY locked_until LIMIT 1),
+    now()) AS since;
+
 -- name: pause_queue
 INSERT INTO "cronbase".queues AS q (name, is_paused, paused_at, paused_by)
 VALUES (%(name)s, true, now(), %(actor)s)
@@ -1247,7 +1255,7 @@ SELECT e.id, e.status FROM ended e, (SELECT count(*) FROM notified) n;
 -- name: reap_recently_expired_jobs
 WITH expired AS MATERIALIZED (
     SELECT id, locked_by, locked_until, attempts >= max_attempts AS used_up FROM "cronbase".jobs
-    WHERE status = 'running' AND locked_until < now() AND locked_until > now() - %(window)s::interval
+    WHERE status = 'running' AND locked_until < now() AND locked_until >= %(since)s::timestamptz
     ORDER BY locked_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -34,11 +34,11 @@ _MOVE_TARGET = {"archive": "jobs_history", "restore": "jobs"}
 # Statements rendered from another one: name -> (the statement written, its marker, what the
 # marker becomes here). In the statement written, the marker becomes nothing.
 VARIANTS: dict[str, tuple[str, str, str]] = {
-    # A reaper's rounds between its full ones walk only the leases that ran out lately.
+    # A reaper's rounds between its full ones walk the leases from where its last one left off.
     "reap_recently_expired_jobs": (
         "reap_expired_jobs",
         "/* recently */",
-        "AND locked_until > now() - %(window)s::interval",
+        "AND locked_until >= %(since)s::timestamptz",
     ),
     # A worker of every queue's fair claim has no queue test: a test it cannot know the answer
     # to at plan time made the prepared claim's generic plan read and sort every busy key.
@@ -195,6 +195,7 @@ class Queries:
     release_jobs: bytes
     release_orphaned_jobs: bytes
     reap_expired_jobs: bytes
+    oldest_expired_lease: bytes
     age_priorities: bytes
     limit_idle_transaction: bytes
     holds_lease: bytes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..db.database import JIT_OFF
@@ -28,10 +28,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cronbase")
 
 REAP_BATCH = 1000
-# Between full rounds a reaper looks at the leases that ran out in the last few rounds only (see
-# reap_expired_jobs); one round in FULL_EVERY walks them all, for a lease a round missed (its row
-# was locked then: SKIP LOCKED) or that ran out while no worker reaped.
-RECENT_ROUNDS = 3
+# Between full rounds a reaper walks the leases from where its last round left off: the oldest
+# lease that had run out and was still running after it (its row locked by a frozen attempt's
+# transaction, which SKIP LOCKED passes; or past the batch), else that round's database time
+# (oldest_expired_lease). No lease is passed over however late a round comes, and the walk does
+# not start at the first running job (which passes, while a horizon is held, an entry for every
+# job run since). One round in FULL_EVERY walks them all anyway.
 FULL_EVERY = 60
 # Jobs aged a round at most: bounded row locks and writes however long an aging queue's backlog;
 # those due longest go first, the rest in the next rounds.
@@ -52,22 +54,27 @@ class Reaper:
         # The worker's tasks as claims name them: its parked jobs are made ready each round.
         self._tasks = tasks
         self._rounds = 0
+        # Where the next recent round starts (database time); None: a full round first.
+        self._since: datetime | None = None
         # Where the last clearing of tickets and ticks stopped (clear_tickets): the next one
         # starts there, not at what it deleted before (kept, and walked, while the horizon is).
         self._cleared = (0, 0)
 
     async def reap_once(self) -> None:
         q = self._db.queries
-        full = self._rounds % FULL_EVERY == 0
+        full = self._rounds % FULL_EVERY == 0 or self._since is None
         self._rounds += 1
-        window = timedelta(seconds=RECENT_ROUNDS * self._interval)
+        since = None if full else self._since
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 q.reap_expired_jobs if full else q.reap_recently_expired_jobs,
-                {"limit": REAP_BATCH, "channel": self._db.channel, "window": window},
+                {"limit": REAP_BATCH, "channel": self._db.channel, "since": since},
             )
             for job_id, status in await cur.fetchall():
                 logger.warning("job %d: lease expired (worker gone?); now %s", job_id, status)
+            cur = await conn.execute(q.oldest_expired_lease, {"since": since})
+            row = await cur.fetchone()
+            self._since = row[0] if row is not None else None
             # JIT off: the planner costs a seq scan of jobs per aging queue it cannot count
             # (queues has no statistics), passes jit_above_cost, and PostgreSQL compiled the
             # statement every round for milliseconds, also when no queue was due and it read

@@ -357,9 +357,9 @@ RETURNING j.id, j.queue, j.priority;
 -- Make jobs whose lease ran out (worker killed, host gone) claimable again, or dead (moved to
 -- the history) when their attempts are used up. SKIP LOCKED lets every worker run this without
 -- queueing behind another. reap_recently_expired_jobs is this statement for the leases that ran
--- out in the last %(window)s: a reaper's rounds between its full ones (worker/reaper.py). The
--- walk of jobs_running_lease_idx up to now() passes an entry for every job that ran, until
--- vacuum removes it: while a horizon is held, every job run since, each round a longer walk.
+-- out since %(since)s: a reaper's rounds between its full ones (worker/reaper.py). The walk of
+-- jobs_running_lease_idx up to now() passes an entry for every job that ran, until vacuum
+-- removes it: while a horizon is held, every job run since, each round a longer walk.
 WITH expired AS MATERIALIZED (
     SELECT id, locked_by, locked_until, attempts >= max_attempts AS used_up FROM {schema}.jobs
     WHERE status = 'running' AND locked_until < now() /* recently */
@@ -401,6 +401,17 @@ WITH expired AS MATERIALIZED (
     FROM (SELECT DISTINCT queue FROM reaped) q
 )
 SELECT e.id, e.status FROM ended e, (SELECT count(*) FROM notified) n;
+
+-- name: oldest_expired_lease
+-- Where a reaper's next recent round starts: the oldest lease that ran out since %(since)s (NULL:
+-- ever) and is still running (its row was locked by a frozen attempt's transaction, which the
+-- round's SKIP LOCKED passed, or it was past the round's batch), else now().
+SELECT coalesce(
+    (SELECT locked_until FROM {schema}.jobs
+     WHERE status = 'running' AND locked_until < now()
+       AND locked_until >= coalesce(%(since)s::timestamptz, '-infinity')
+     ORDER BY locked_until LIMIT 1),
+    now()) AS since;
 
 -- name: limit_idle_transaction
 -- In transaction(), just before finish_jobs: from then until COMMIT the job's row is locked, out
