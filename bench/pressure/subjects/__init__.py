@@ -8,7 +8,8 @@ reports and samples its tables. Registered by key, so a child process finds its 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
 
 from ..processes import NodeSpec, PySpec
 
@@ -95,3 +96,27 @@ def python_producers(
         PySpec(f"producer {i}", producer_main, (key, i, url, schedule, GO))
         for i, schedule in enumerate(schedules)
     ]
+
+
+class PythonSubject:
+    """What the Python subjects share: their workers run the module's ``worker_main``, their
+    producers are ``producer.py``'s, their probe is the module's prober; a subclass names them."""
+
+    key: ClassVar[str]
+    worker_main: ClassVar[Callable[..., None]]  # (out, name, url), as a staticmethod
+    prober_type: ClassVar[Callable[[str], Prober]]
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def workers(self, url: str, count: int) -> list[PySpec | NodeSpec]:
+        main = type(self).worker_main
+        return [PySpec(f"worker {i}", main, (f"worker {i}", url)) for i in range(count)]
+
+    def producers(
+        self, url: str, schedules: list[list[tuple[float, float, int]]]
+    ) -> list[PySpec | NodeSpec]:
+        return python_producers(self.key, url, schedules)
+
+    def prober(self, url: str) -> Prober:
+        return type(self).prober_type(url)

@@ -20,9 +20,8 @@ import psycopg
 import cronbase
 
 from ..mix import PRELOAD_PRODUCER, FlakyJobError
-from ..processes import NodeSpec, PySpec
 from ..reporter import HANDLER
-from . import python_producers
+from . import PythonSubject
 
 TASK = "pressure_job"
 CONCURRENCY = 10  # per worker process: cronbase's default
@@ -96,7 +95,9 @@ class _Prober:
         self.conn.close()
 
 
-class CronbaseSubject:
+class CronbaseSubject(PythonSubject):
+    worker_main = staticmethod(worker_main)
+    prober_type = _Prober
     key = "cronbase"
     name = "cronbase"
     schemas = ("cronbase",)
@@ -105,9 +106,6 @@ class CronbaseSubject:
         f"app.worker(concurrency={CONCURRENCY}) (default retention, LISTEN/NOTIFY), "
         "retry=Backoff(base=1 s, jitter=0); producers: defer_many"
     )
-
-    def unavailable(self) -> str | None:
-        return None
 
     def setup(self, url: str) -> None:
         cronbase.App(database_url=url).migrate()
@@ -118,17 +116,6 @@ class CronbaseSubject:
             app.tasks[TASK].defer_many(
                 [{"p": PRELOAD_PRODUCER, "n": i, "t": t, "f": 0} for i in range(n)]
             )
-
-    def workers(self, url: str, count: int) -> list[PySpec | NodeSpec]:
-        return [PySpec(f"worker {i}", worker_main, (f"worker {i}", url)) for i in range(count)]
-
-    def producers(
-        self, url: str, schedules: list[list[tuple[float, float, int]]]
-    ) -> list[PySpec | NodeSpec]:
-        return python_producers(self.key, url, schedules)
-
-    def prober(self, url: str) -> _Prober:
-        return _Prober(url)
 
 
 SUBJECT = CronbaseSubject()

@@ -23,9 +23,8 @@ from pgqueuer import AsyncpgDriver, PgQueuer, Queries
 from pgqueuer.core.executors import DatabaseRetryEntrypointExecutor, EntrypointExecutorParameters
 
 from ..mix import PRELOAD_PRODUCER, FlakyJobError
-from ..processes import NodeSpec, PySpec
 from ..reporter import HANDLER
-from . import python_producers
+from . import PythonSubject
 
 ENTRYPOINT = "pressure"
 BATCH = 10  # PgQueuer.run()'s default batch_size
@@ -115,7 +114,9 @@ class _Prober:
         self.loop.close()
 
 
-class PgqueuerSubject:
+class PgqueuerSubject(PythonSubject):
+    worker_main = staticmethod(worker_main)
+    prober_type = _Prober
     key = "pgqueuer"
     name = "pgqueuer"
     schemas = ("public",)
@@ -124,9 +125,6 @@ class PgqueuerSubject:
         f"one PgQueuer per process, run(batch_size={BATCH}) (its defaults, LISTEN/NOTIFY); "
         "DatabaseRetryEntrypointExecutor(initial_delay=1 s); producers: enqueue(lists)"
     )
-
-    def unavailable(self) -> str | None:
-        return None
 
     def setup(self, url: str) -> None:
         async def go() -> None:
@@ -152,17 +150,6 @@ class PgqueuerSubject:
                 await conn.close()
 
         asyncio.run(go())
-
-    def workers(self, url: str, count: int) -> list[PySpec | NodeSpec]:
-        return [PySpec(f"worker {i}", worker_main, (f"worker {i}", url)) for i in range(count)]
-
-    def producers(
-        self, url: str, schedules: list[list[tuple[float, float, int]]]
-    ) -> list[PySpec | NodeSpec]:
-        return python_producers(self.key, url, schedules)
-
-    def prober(self, url: str) -> _Prober:
-        return _Prober(url)
 
 
 SUBJECT = PgqueuerSubject()

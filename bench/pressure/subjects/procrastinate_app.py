@@ -20,9 +20,8 @@ import psycopg
 from procrastinate.sql import queries as procrastinate_queries
 
 from ..mix import PRELOAD_PRODUCER, FlakyJobError
-from ..processes import NodeSpec, PySpec
 from ..reporter import HANDLER
-from . import python_producers
+from . import PythonSubject
 
 TASK = "pressure"
 CONCURRENCY = 10
@@ -92,7 +91,9 @@ class _Prober:
         self.conn.close()
 
 
-class ProcrastinateSubject:
+class ProcrastinateSubject(PythonSubject):
+    worker_main = staticmethod(worker_main)
+    prober_type = _Prober
     key = "procrastinate"
     name = "procrastinate"
     schemas = ("public",)
@@ -101,9 +102,6 @@ class ProcrastinateSubject:
         f"run_worker_async(concurrency={CONCURRENCY}) (LISTEN/NOTIFY, one job per fetch), "
         "RetryStrategy(wait=1); producers: batch_defer"
     )
-
-    def unavailable(self) -> str | None:
-        return None
 
     def setup(self, url: str) -> None:
         app = make_app(url)
@@ -116,17 +114,6 @@ class ProcrastinateSubject:
             app.tasks[TASK].batch_defer(
                 *({"p": PRELOAD_PRODUCER, "n": i, "t": t, "f": 0} for i in range(n))
             )
-
-    def workers(self, url: str, count: int) -> list[PySpec | NodeSpec]:
-        return [PySpec(f"worker {i}", worker_main, (f"worker {i}", url)) for i in range(count)]
-
-    def producers(
-        self, url: str, schedules: list[list[tuple[float, float, int]]]
-    ) -> list[PySpec | NodeSpec]:
-        return python_producers(self.key, url, schedules)
-
-    def prober(self, url: str) -> _Prober:
-        return _Prober(url)
 
 
 SUBJECT = ProcrastinateSubject()

@@ -20,10 +20,9 @@ from psycopg import sql
 
 from ...subjects import raw
 from ..mix import PRELOAD_PRODUCER
-from ..processes import NodeSpec, PySpec
 from ..producer import stop_on_sigterm
 from ..reporter import HANDLER
-from . import python_producers
+from . import PythonSubject
 
 BATCH = 10
 POLL_SECONDS = 0.05
@@ -106,7 +105,9 @@ class _Prober:
         self.conn.close()
 
 
-class RawSubject:
+class RawSubject(PythonSubject):
+    worker_main = staticmethod(worker_main)
+    prober_type = _Prober
     key = "raw"
     name = "raw SQL"
     schemas = ("public",)
@@ -116,9 +117,6 @@ class RawSubject:
         f"COMPLETE), no deletion; LISTEN + a {POLL_SECONDS * 1000:.0f} ms poll when idle; "
         "retry: back to 'queued' with run_at = now() + 1 s"
     )
-
-    def unavailable(self) -> str | None:
-        return None
 
     def setup(self, url: str) -> None:
         raw.setup(url)
@@ -131,17 +129,6 @@ class RawSubject:
                 (PRELOAD_PRODUCER, time.time(), n),
             )
             conn.execute("SELECT pg_notify(%s, '')", (raw.CHANNEL,))
-
-    def workers(self, url: str, count: int) -> list[PySpec | NodeSpec]:
-        return [PySpec(f"worker {i}", worker_main, (f"worker {i}", url)) for i in range(count)]
-
-    def producers(
-        self, url: str, schedules: list[list[tuple[float, float, int]]]
-    ) -> list[PySpec | NodeSpec]:
-        return python_producers(self.key, url, schedules)
-
-    def prober(self, url: str) -> _Prober:
-        return _Prober(url)
 
 
 SUBJECT = RawSubject()
