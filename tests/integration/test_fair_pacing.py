@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 import cronbase
-from cronbase.worker.claimer import Claimer
-from cronbase.worker.fair_claim import SCAN_KEYS
+from cronbase.worker.fair_claim import SCAN_KEYS, FairKind
+from cronbase.worker.plain_claim import PlainKind
 from tests.e2e.harness import eventually, running_worker
 
 BACKLOG = 300
@@ -24,16 +24,18 @@ BACKLOG = 300
 
 @pytest.fixture
 def claims(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How many fair and plain claims the worker's claimer made."""
+    """How many fair and plain claim statements the worker's claimer ran."""
     counted: Counter[str] = Counter()
-    for kind in ("fair", "plain"):
-        original = getattr(Claimer, f"_claim_{kind}")
+    for name, kind in (("fair", FairKind), ("plain", PlainKind)):
+        original = kind.claim
 
-        async def counting(self: Claimer, *args: Any, _kind: str = kind, _f: Any = original) -> Any:
-            counted[_kind] += 1
-            return await _f(self, *args)
+        async def counting(
+            self: Any, *args: Any, _name: str = name, _f: Any = original, **kw: Any
+        ) -> Any:
+            counted[_name] += 1
+            return await _f(self, *args, **kw)
 
-        monkeypatch.setattr(Claimer, f"_claim_{kind}", counting)
+        monkeypatch.setattr(kind, "claim", counting)
     return counted
 
 

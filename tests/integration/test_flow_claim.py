@@ -9,7 +9,7 @@ import psycopg
 
 import cronbase
 from cronbase.worker.flow_claim import (
-    FlowClaim,
+    FlowResult,
     candidate_params,
     claim_flow_jobs_sync,
     register_params,
@@ -24,7 +24,7 @@ def claim(
     *,
     after: str | None = None,
     worker: str = "w1",
-) -> FlowClaim:
+) -> FlowResult:
     params = candidate_params(
         schema=app.schema,
         limit=limit,

@@ -7,14 +7,19 @@ one, unchanged. :class:`FairPacing` decides how often it runs and how much it lo
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..db import arrays
-from .claim import ClaimedJob, ClaimResult, done_params, written_in
+from .claim import ClaimedJob, ClaimResult, claimable_names, done_params, run_claim, written_in
+from .claim_kind import ClaimKind, Scope, Taken, Turn
 
 if TYPE_CHECKING:
+    import psycopg
+
+    from ..db.database import Database
     from ..db.queries import Queries
     from ..task import Task
 
@@ -72,9 +77,6 @@ def fair_statement(
     :class:`FairPacing`."""
     template = queries.claim_fair_jobs_in_queues if queues else queries.claim_fair_jobs
     return sized_statement(template, limit, scan=scan)
-
-
-Scope = tuple[str, ...] | None
 
 
 class FairPacing:
@@ -160,3 +162,68 @@ class FairPacing:
         else:
             self._none_at.pop(scope, None)
         return scanned and result.cursor is not None
+
+
+class FairKind(ClaimKind):
+    """Fair jobs (tasks with a fair_key), round robin across their keys, paced by FairPacing;
+    its statement writes the waiting successes too."""
+
+    carries = True
+
+    def __init__(
+        self, db: Database, worker_id: str, tasks: Mapping[str, Task[Any, Any]], *, every: float
+    ) -> None:
+        fair = fair_tasks(tasks)
+        self._db = db
+        self._worker_id = worker_id
+        # As the plain claim names them: a job deferred for version k >= 2 is `name@k`.
+        self._names = claimable_names(
+            {n: t.defaults.version for n, t in tasks.items() if n in fair}
+        )
+        self.pacing = FairPacing(has_plain=len(fair) < len(tasks), every=every)
+
+    def turn(self, scope: Scope, now: float) -> Turn:
+        # Resting: only the slots the other claims could not fill (fair jobs may have come due).
+        return Turn.FILL if self.pacing.rests(scope, now) else Turn.LEAD
+
+    def notified(self) -> None:
+        self.pacing.notified()
+
+    async def claim(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        *,
+        limit: int,
+        queues: list[str] | None,
+        done: Sequence[ClaimedJob],
+    ) -> Taken:
+        pacing = self.pacing
+        loop = asyncio.get_running_loop()
+        scans = pacing.scans(loop.time())
+        news = pacing.notices
+        params = fair_params(
+            done=done,
+            limit=limit,
+            worker=self._worker_id,
+            tasks=self._names,
+            queues=queues,
+            after=pacing.after,
+        )
+        statement = fair_statement(self._db.queries, limit, queues, scan=scans)
+        result = await run_claim(conn, statement, params, self._db.json_loads)
+        retry_in = None
+        if result.held and not result.jobs:
+            # Keys thought busy had no due job (now idle): the next keys may have some, so claim
+            # again at once. Each such claim retires the keys it probed, so this ends. (It was
+            # 50 ms: when many keys run out together, as a drain's do at its end, the worker
+            # idled 50 ms per 20 keys, 2.5 s of a 6 s drain over 1,000 keys.)
+            retry_in = 0.0
+        scope = tuple(queues) if queues else None
+        more = pacing.claimed(
+            scope, scanned=scans, limit=limit, result=result, now=loop.time(), notices=news
+        )
+        if more and not result.jobs:
+            # Its window had no due job but did not reach the last key: the next windows may
+            # (a burst worker would otherwise stop here, with fair jobs due further on).
+            retry_in = 0.0
+        return Taken(result, retry_in)

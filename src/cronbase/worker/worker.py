@@ -387,12 +387,12 @@ class Worker:
 
     def _on_notify(self, queue: str) -> None:
         if self.options.queues is None or queue in self.options.queues:
-            self._claimer.fair_jobs_may_be_new()
+            self._claimer.notified()
             self._wake.set()
 
     def _on_listener_reconnect(self) -> None:
         # Notifications sent while the listener was away are lost: look as if one came.
-        self._claimer.fair_jobs_may_be_new()
+        self._claimer.notified()
         self._wake.set()
 
     def _on_timeout(self, job: ClaimedJob, note: str) -> None:
