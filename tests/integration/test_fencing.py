@@ -178,8 +178,8 @@ async def test_cancelling_a_running_async_job_stops_its_handler_and_it_stays_can
         # Its slot is free again (concurrency 1): another job runs.
         other = await next_job.defer_async()
         await eventually(lambda: row(db, other)["status"] == "succeeded", what="the next job")
-        assert worker._completer is not None
-        assert worker._completer.fenced_out == 0
+        assert worker.parts.completer is not None
+        assert worker.parts.completer.fenced_out == 0
 
     job = row(db, job_id)
     assert (job["status"], job["attempts"], job["lease_token"]) == ("cancelled", 1, None)

@@ -50,8 +50,7 @@ def running_worker(app: cronbase.App) -> Iterator[cronbase.Worker]:
     try:
         yield worker
     finally:
-        assert worker._event_loop is not None
-        worker._event_loop.call_soon_threadsafe(worker.stop)
+        worker.stop()  # from this thread: passed to the worker's loop
         thread.join(30)
     assert errors == []
 

@@ -580,9 +580,9 @@ async def test_a_success_whose_carrying_claim_fails_is_written_once_later(
         )
         db.execute("ALTER TABLE cronbase.queues_away RENAME TO queues")
         await eventually(lambda: row(db, job_id)["status"] == "succeeded", what="the success")
-        assert worker._completer is not None
-        await worker._completer.drain()
-        assert (worker._completer.written, worker._completer.fenced_out) == (1, 0)
+        assert worker.parts.completer is not None
+        await worker.parts.completer.drain()
+        assert (worker.parts.completer.written, worker.parts.completer.fenced_out) == (1, 0)
     assert runs == [1]
     assert [(a.attempt, a.outcome) for a in app.jobs.attempts(job_id)] == [(1, "succeeded")]
 

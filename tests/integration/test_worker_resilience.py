@@ -221,7 +221,7 @@ async def test_jobs_claimed_by_a_lost_reply_are_handed_back_not_left_to_expire(
         ).fetchone()
         assert row is not None
         # The worker's claim failed with its connection (as it does in a restart).
-        worker._claimer.may_hold_orphans = True
+        worker.parts.claimer.may_hold_orphans = True
         worker._wake.set()
         await eventually(lambda: ran == [7], what="the orphaned job to run here, now")
     job = app.jobs.get(row[0])

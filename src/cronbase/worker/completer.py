@@ -1,8 +1,10 @@
 """Batched, fenced completion: the outcomes of many attempts written in one statement each.
 
-Every outcome a worker records goes through here. Successes ride on the worker's next claim (the
-claim statement carries the ``complete_jobs`` fragment: one statement, one commit): the claimer
-takes them with :meth:`Completer.carrying` and says which were written. What no claim carries is
+Every outcome a worker records goes through here, taken from the attempts' ledger
+(``attempts.py``), which never hands an attempt a lease renewal holds to a writer. Successes
+ride on the worker's next claim (the claim statement carries the ``complete_jobs`` fragment: one
+statement, one commit): the claimer takes them with :meth:`Completer.carrying` and says which
+were written. What no claim carries is
 written here: failures at once (``finish_jobs``), successes after ``CARRY_WAIT``
 (``complete_jobs``: a worker that is stopping, or whose queues are paused, claims nothing),
 handed-back attempts (``release_jobs``), suspensions (``suspend_jobs``), everything on
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..db.outage import OUTAGE, first_failure
+from .attempts import Attempt, Attempts
 from .claim import ClaimedJob, done_params
 from .outcomes import Outcome
 
@@ -58,11 +61,6 @@ def finish_params(outcomes: list[Outcome], worker_id: str) -> dict[str, Any]:
     }
 
 
-def _without(outcomes: list[Outcome], gone: list[Outcome]) -> list[Outcome]:
-    ids = {id(o) for o in gone}
-    return [o for o in outcomes if id(o) not in ids]
-
-
 def event_fields(o: Outcome, event: str) -> dict[str, Any]:
     """The fields of a job event log line (``--log-format json`` prints them as keys)."""
     return {
@@ -80,158 +78,100 @@ def event_fields(o: Outcome, event: str) -> dict[str, Any]:
 class Carried:
     """Successes a claim statement carries; the claimer sets ``written`` from its reply."""
 
-    outcomes: list[Outcome]
+    attempts: list[Attempt]
     written: list[int] = field(default_factory=list)
 
     @property
+    def outcomes(self) -> list[Outcome]:
+        return [a.outcome for a in self.attempts if a.outcome is not None]
+
+    @property
     def jobs(self) -> list[ClaimedJob]:
-        return [o.job for o in self.outcomes]
+        return [a.job for a in self.attempts]
 
 
 class Completer:
-    """Collects outcomes and writes them; ``drain()`` waits until everything is written."""
+    """Writes the outcomes the ledger holds; ``drain()`` waits until everything is written."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool,
         queries: Queries,
         worker_id: str,
+        ledger: Attempts,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
+        self._ledger = ledger
         self._metrics = metrics
-        self._pending: list[Outcome] = []
-        self._since = 0.0  # when the oldest pending outcome arrived (time.monotonic())
-        # Outcomes on their way to the database (a flush, or a claim carrying them): their
-        # leases are still renewed, and drain() waits for them.
-        self._in_flight: list[Outcome] = []
-        self._wake = asyncio.Event()
-        # Set while run() gives the waiting successes CARRY_WAIT to ride on a claim.
-        self._awaiting_claim = False
-        # The jobs a lease renewal is updating right now (renewing()): no statement of ours
-        # writes their outcomes until it ends.
-        self._renewing: set[ClaimedJob] = set()
         self._hurry = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         self.written = 0
         self.fenced_out = 0
 
     def add(self, outcome: Outcome) -> None:
-        if not self._pending:
-            self._since = time.monotonic()
-        self._pending.append(outcome)
-        self._idle.clear()
-        # A success that arrives while run() already waits for a claim to carry successes
-        # needs no wake-up: run() looks again at its deadline, counted from the oldest one
-        # still here. Not waking it for every batch saves a turn of the loop per claim.
-        if not self._awaiting_claim or outcome.outcome != "succeeded":
-            self._wake.set()
+        """An outcome no running attempt produced (a claimed row that could not be decoded)."""
+        self._ledger.add(outcome)
 
     @property
     def pending_jobs(self) -> list[Outcome]:
-        """Every outcome not yet written: waiting, or on its way (in flight)."""
-        return self._pending + self._in_flight
-
-    @property
-    def waiting(self) -> list[Outcome]:
-        """Outcomes no statement is writing yet (not in flight)."""
-        return self._pending
-
-    @contextlib.contextmanager
-    def renewing(self, jobs: list[ClaimedJob]) -> Iterator[None]:
-        """While a lease renewal updates the rows of ``jobs``, their outcomes wait: no claim
-        carries them and no flush writes them. Two statements of one worker taking the same
-        rows in different orders deadlocked (a job of the renewal's snapshot finished and rode
-        the next claim, whose DELETE met the renewal's UPDATE; PostgreSQL aborted the claim)."""
-        self._renewing = set(jobs)  # ClaimedJob hashes by identity: this attempt only
-        try:
-            yield
-        finally:
-            self._renewing = set()
-            if self._pending:
-                self._wake.set()  # what waited for the renewal is written now
-
-    def _writable(self) -> list[Outcome]:
-        """The waiting outcomes a statement may write now (not those a renewal is updating)."""
-        renewing = self._renewing
-        if not renewing:
-            return self._pending
-        return [o for o in self._pending if o.job not in renewing]
+        """Every outcome not yet written: waiting, or on its way."""
+        return self._ledger.unwritten
 
     @contextlib.contextmanager
     def carrying(self) -> Iterator[Carried]:
-        """The waiting successes (up to MAX_BATCH), for a claim statement to write. When the
-        block raises, nothing of the statement committed: they are written later instead."""
-        taken: list[Outcome] = []
-        if self._pending:
-            taken = [o for o in self._writable() if o.outcome == "succeeded"][:MAX_BATCH]
-            whole = len(taken) == len(self._pending)
-            self._pending = [] if whole else _without(self._pending, taken)
-            self._in_flight.extend(taken)
-        carried = Carried(taken)
+        """The waiting successes (up to MAX_BATCH) no renewal holds, for a claim statement to
+        write. When the block raises, nothing of the statement committed: they are written
+        later instead (at once: they waited for a claim already)."""
+        carried = Carried(self._ledger.take(successes=True, most=MAX_BATCH))
         try:
             yield carried
         except BaseException:
-            self._land(taken)
-            self._pending[:0] = taken
-            if taken:
-                self._since = 0.0  # waited for a claim already: write them at once
-                self._idle.clear()
-                self._wake.set()
+            self._ledger.put_back(carried.attempts)
             raise
-        self._land(taken)
-        self._report(taken, dict.fromkeys(carried.written, "succeeded"))
-
-    def _land(self, outcomes: list[Outcome]) -> None:
-        if outcomes:
-            self._in_flight = _without(self._in_flight, outcomes)
-        if not self._pending and not self._in_flight:
-            self._idle.set()
+        self._ledger.landed(carried.attempts)
+        self._report(carried.outcomes, dict.fromkeys(carried.written, "succeeded"))
 
     async def drain(self) -> None:
         """Write everything now (no more waiting for a claim) and return when it is written."""
         self._hurry = True
-        self._wake.set()
-        await self._idle.wait()
+        self._ledger.outcomes_waiting.set()
+        await self._ledger.written.wait()
 
     async def run(self) -> None:
         """Flush until cancelled; a failed flush is retried (the fence keeps retries safe)."""
+        ledger = self._ledger
+        waiting = ledger.outcomes_waiting
         delay = RETRY_FIRST
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await waiting.wait()
+            waiting.clear()
             # Successes wait up to CARRY_WAIT for the worker's next claim to carry them (one
             # commit, not two); counted from when the oldest of those still here arrived.
-            self._awaiting_claim = True
+            ledger.carry_wait = True
             while (
-                self._pending
+                (finished := ledger.finished)
                 and not self._hurry
-                and all(o.outcome == "succeeded" for o in self._pending)
-                and (left := self._since + CARRY_WAIT - time.monotonic()) > 0
+                and all(o.outcome == "succeeded" for o in finished)
+                and (left := ledger.finished_since + CARRY_WAIT - time.monotonic()) > 0
             ):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):
-                        await self._wake.wait()
-                self._wake.clear()
-            self._awaiting_claim = False
-            while writable := self._writable():
-                # The rest (a lease renewal is updating their rows) wait for its end, which
-                # wakes this loop again.
-                batch = writable[:MAX_BATCH]
-                self._pending = _without(self._pending, batch)
-                self._in_flight.extend(batch)
+                        await waiting.wait()
+                waiting.clear()
+            ledger.carry_wait = False
+            # What a lease renewal holds waits for its end, which wakes this loop again.
+            while batch := ledger.take(successes=False, most=MAX_BATCH):
                 try:
-                    await self._flush(batch)
+                    await self._flush([a.outcome for a in batch if a.outcome is not None])
                 except psycopg.DataError:
                     # Something in this batch the database refuses as data: retrying cannot
                     # help, and a dead completer would record nothing more and hang shutdown.
                     # These jobs' leases run out and the reaper retries them.
                     logger.exception(
                         "recording outcomes of jobs %s failed; dropped, their leases will expire",
-                        ", ".join(str(o.job.id) for o in batch),
+                        ", ".join(str(a.job.id) for a in batch),
                     )
                 except Exception as exc:
                     # The database is away, or refuses us for now (restart, failover, grants):
@@ -242,16 +182,16 @@ class Completer:
                             exc,
                             f"recording {len(batch)} outcomes failed (%s); retrying",
                         )
-                    self._in_flight = _without(self._in_flight, batch)
-                    self._pending[:0] = batch
+                    ledger.put_back(batch)
+                    waiting.clear()  # it is this loop that tries again, after the pause
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX)
                     continue
                 if delay != RETRY_FIRST:
                     OUTAGE.works("recording outcomes")
                 delay = RETRY_FIRST
-                self._in_flight = _without(self._in_flight, batch)
-            self._land([])
+                ledger.landed(batch)
+            ledger.landed([])
 
     async def _flush(self, batch: list[Outcome]) -> None:
         by_kind: dict[str, list[Outcome]] = {}

@@ -1,5 +1,7 @@
 """Handlers that ignore their timeout: named in the log, counted in a metric, and shown on the
-Workers page (``workers.overruns``, written with each heartbeat) until they return.
+Workers page (``workers.overruns``, written with each heartbeat) until they return. What is
+known of each attempt (when it timed out, whether it was reported) is on its record in the
+attempts' ledger (``attempts.py``), which also logs its return.
 
 A timed-out attempt is cancelled, but a sync handler cannot be stopped: it keeps its slot and its
 lease until it returns. One that is still running ``OVERRUN_AFTER`` seconds after the timeout is
@@ -13,12 +15,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .executor import OVERRUN_AFTER
 
 if TYPE_CHECKING:
+    from ..operations.metrics import WorkerMetrics
+    from .attempts import Attempt, Attempts
     from .claim import ClaimedJob
 
 logger = logging.getLogger("cronbase")
@@ -27,83 +30,62 @@ REPEAT_EVERY = 60.0
 
 
 class Overruns:
-    """Timed-out attempts whose handlers have not returned; ``run()`` reports the overruns."""
+    """The overrun watch: reports the ledger's timed-out attempts whose handlers run on."""
 
-    def __init__(
-        self, on_overrun: Callable[[ClaimedJob], None], on_changed: Callable[[], None]
-    ) -> None:
-        self._on_overrun = on_overrun  # the metric
-        self._on_changed = on_changed  # the heartbeat writes the list soon
-        # Attempt -> (when its timeout cancelled it, when it is next reported), monotonic.
-        self._cancelled: dict[ClaimedJob, tuple[float, float]] = {}
-        self._overrunning: set[ClaimedJob] = set()
-        self._wake = asyncio.Event()
+    def __init__(self, ledger: Attempts, metrics: WorkerMetrics) -> None:
+        self._ledger = ledger
+        self._metrics = metrics
 
-    def timed_out(self, job: ClaimedJob) -> None:
-        """The attempt's timeout cancelled it (called on the event loop)."""
-        now = time.monotonic()
-        self._cancelled[job] = (now, now + OVERRUN_AFTER)
-        self._wake.set()
-
-    def returned(self, job: ClaimedJob) -> None:
-        """The attempt's handler returned (or its task ended): no longer an overrun."""
-        since = self._cancelled.pop(job, None)
-        if since is None:
-            return
-        if job in self._overrunning:
-            self._overrunning.discard(job)
-            logger.warning(
-                "job %d (%s) attempt %d: its handler returned %.1fs past its timeout",
-                job.id,
-                job.task,
-                job.attempt,
-                time.monotonic() - since[0],
-                extra={"event": "overrun_ended", "job_id": job.id, "task": job.task},
-            )
-            self._on_changed()
-
-    def snapshot(self) -> list[dict[str, Any]] | None:
-        """The overrunning attempts as the workers row stores them; None when there are none."""
-        if not self._overrunning:
-            return None
-        now = time.monotonic()
-        return [
-            {
-                "job_id": job.id,
-                "task": job.task,
-                "attempt": job.attempt,
-                "seconds_past": round(now - self._cancelled[job][0], 1),
-            }
-            for job in sorted(self._overrunning, key=lambda j: j.id)
-            if job in self._cancelled
-        ]
+    def timed_out(self, job: ClaimedJob, note: str) -> None:
+        """The attempt's timeout cancelled it (the executor says so, on the event loop)."""
+        logger.warning(
+            "job %d (%s) attempt %d: past its timeout; %s",
+            job.id,
+            job.task,
+            job.attempt,
+            note,
+            extra={"event": "timed_out", "job_id": job.id, "task": job.task},
+        )
+        self._metrics.timeouts.labels(job.task, job.queue).inc()
+        attempt = self._ledger.running.get(job)
+        if attempt is not None:
+            now = time.monotonic()
+            attempt.timed_out_at, attempt.report_at = now, now + OVERRUN_AFTER
+            self._ledger.overruns_changed.set()
+        # The renewal that follows keeps the lease of an attempt that runs on.
+        self._ledger.renew_soon.set()
 
     async def run(self) -> None:
+        ledger = self._ledger
         while True:
+            ledger.overruns_changed.clear()
             now = time.monotonic()
-            due = [job for job, (_, at) in self._cancelled.items() if at <= now]
-            for job in due:
-                since, _ = self._cancelled[job]
-                self._cancelled[job] = (since, now + REPEAT_EVERY)
-                first = job not in self._overrunning
-                self._overrunning.add(job)
-                if first:
-                    self._on_overrun(job)
-                    self._on_changed()
-                logger.warning(
-                    "job %d (%s) attempt %d ignores its timeout: still running %.1fs after it "
-                    "was cancelled; it keeps its slot and lease until it returns (a sync handler "
-                    "cannot be stopped: poll current_job().is_cancelled(), or use "
-                    "isolation='process')",
-                    job.id,
-                    job.task,
-                    job.attempt,
-                    now - since,
-                    extra={"event": "overrun", "job_id": job.id, "task": job.task},
-                )
-            self._wake.clear()
-            wait = min((at for _, at in self._cancelled.values()), default=None)
+            timed_out = [a for a in ledger.running.values() if a.timed_out_at is not None]
+            for attempt in timed_out:
+                if attempt.report_at <= now:
+                    self._report(attempt, now)
+            wait = min((a.report_at for a in timed_out), default=None)
             timeout = None if wait is None else max(wait - time.monotonic(), 0.0)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
-                    await self._wake.wait()
+                    await ledger.overruns_changed.wait()
+
+    def _report(self, attempt: Attempt, now: float) -> None:
+        job, since = attempt.job, attempt.timed_out_at
+        assert since is not None
+        attempt.report_at = now + REPEAT_EVERY
+        if not attempt.overrun:
+            attempt.overrun = True
+            self._metrics.overruns.labels(job.task, job.queue).inc()
+            self._ledger.rewrite_soon()  # the workers row lists it
+        logger.warning(
+            "job %d (%s) attempt %d ignores its timeout: still running %.1fs after it "
+            "was cancelled; it keeps its slot and lease until it returns (a sync handler "
+            "cannot be stopped: poll current_job().is_cancelled(), or use "
+            "isolation='process')",
+            job.id,
+            job.task,
+            job.attempt,
+            now - since,
+            extra={"event": "overrun", "job_id": job.id, "task": job.task},
+        )

@@ -1,7 +1,8 @@
 """A worker's start: what :meth:`Worker.run` opens and starts before its loop, each step undone
 by the worker's ``AsyncExitStack`` in reverse (pgqueuer's ``qm.run`` holds its helpers the same
-way): the pool, the registration, the metrics server, and the helpers that
-run beside the loop until it ends.
+way): the pool, the registration, the metrics server, and the helpers that run beside the loop
+until it ends. :func:`assemble` builds every part and returns those the loop works with, as one
+frozen record: no other module sets a part of the worker.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import importlib.metadata
 import logging
 import os
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..db.health import connect_when_ready, when_reachable
@@ -24,6 +27,7 @@ from ..operations.metrics import serve as serve_metrics
 from ..operations.metrics import stop as stop_metrics
 from ..operations.retention import Retention, prune_once, run_retention
 from ..schedule.scheduler import Scheduler
+from .attempts import Attempts
 from .claim import claimable_names
 from .claimer import Claimer
 from .completer import Completer
@@ -38,7 +42,10 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
     from ..db.database import Database
-    from .worker import Worker
+    from ..operations.metrics import WorkerMetrics
+    from ..schedule.scheduler import ScheduleSpec
+    from ..task import Task
+    from .options import WorkerOptions
 
 logger = logging.getLogger("cronbase")
 
@@ -49,87 +56,105 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
-    """Open, register, start the helpers; every step is undone by ``stack``, in reverse."""
-    o = self.options
-    stack.callback(self._threads.shutdown, wait=False, cancel_futures=True)
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What the worker's loop works with, made by :func:`assemble`."""
+
+    ledger: Attempts
+    claimer: Claimer
+    completer: Completer
+    runtime: Runtime
+    notifier: Notifier
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the worker is to be: its id, database, tasks, options and the rest of its make-up."""
+
+    id: str
+    db: Database
+    tasks: Mapping[str, Task[Any, Any]]
+    periodic: Mapping[str, ScheduleSpec]
+    options: WorkerOptions
+    metrics: WorkerMetrics
+    supervisor: str | None
+
+
+async def assemble(plan: Plan, wake: asyncio.Event, stack: contextlib.AsyncExitStack) -> Parts:
+    """Open, register, start the helpers; every step is undone by ``stack``, in reverse.
+    ``wake`` is the loop's: set when it should look for work (a notification, a freed slot)."""
+    o = plan.options
+    db = plan.db
+    threads = ThreadPoolExecutor(o.concurrency, "cronbase-job")
+    stack.callback(threads.shutdown, wait=False, cancel_futures=True)
     # First, so a busy port fails the worker before it connects, registers or says it started
     # (ConfigurationError, one line).
     stack.callback(
-        stop_metrics, serve_metrics(o.metrics_port, o.metrics_host, self.metrics.registry)
+        stop_metrics, serve_metrics(o.metrics_port, o.metrics_host, plan.metrics.registry)
     )
     # A burst worker (cron, a CLI command) fails fast; a long-running one waits for the
     # database (a deploy racing a database restart), saying so, here and in the steps below.
     wait = not o.burst
-    pool = await connect_when_ready(self.db, self.id, wait=wait)
+    pool = await connect_when_ready(db, plan.id, wait=wait)
     stack.push_async_callback(pool.close)
-    if any(t.isolation == "process" for t in self.tasks.values()):
-        self._children = Children(self.db.url, logger.level)
-        stack.callback(self._children.close)
+    children = None
+    if any(t.isolation == "process" for t in plan.tasks.values()):
+        children = Children(db.url, logger.level)
+        stack.callback(children.close)
     try:
         # Idempotent (an upsert), so a retry after a reply lost with the connection is safe.
-        await when_reachable("registering the worker", lambda: _register(self, pool), wait=wait)
+        await when_reachable("registering the worker", lambda: _register(plan, pool), wait=wait)
     except asyncio.CancelledError:
         # Cancelled while registering (a supervisor's stop before the worker started): the
         # row may be committed already, and the stack would not remove it.
-        await _unregister(self, pool)
+        await _unregister(plan, pool)
         raise
-    stack.push_async_callback(_unregister, self, pool)
-    self._completer = Completer(pool, self.db.queries, self.id, self.metrics)
-    self._claimer = Claimer(
+    stack.push_async_callback(_unregister, plan, pool)
+    ledger = Attempts(plan.tasks, wake, asyncio.get_running_loop())
+    completer = Completer(pool, db.queries, plan.id, ledger, plan.metrics)
+    claimer = Claimer(
         pool,
-        self.db,
-        self.id,
-        self.tasks,
-        self._completer,
+        db,
+        plan.id,
+        plan.tasks,
+        completer,
         concurrency=o.concurrency,
         queues=o.queues,
         queue_caps=o.queue_caps,
         refresh_every=o.reap_interval,
         recheck_fair_every=o.poll_interval,
     )
-    stack.push_async_callback(self._claimer.close)  # before the pool closes
-    self._overruns = Overruns(self._count_overrun, lambda: self._heartbeater.progress_changed())
-    self._heartbeater = Heartbeater(
-        pool,
-        self.db.queries,
-        self.id,
-        self._held,
-        self._on_lease_lost,
-        self.metrics.lease_renewals.inc,
-        overruns=self._overruns.snapshot,
-        renewing=self._completer.renewing,
+    stack.push_async_callback(claimer.close)  # before the pool closes
+    overruns = Overruns(ledger, plan.metrics)
+    heartbeater = Heartbeater(pool, db.queries, plan.id, ledger, plan.metrics)
+    runtime = Runtime(
+        db, plan.tasks, threads, children, plan.id, ledger.progressed, overruns.timed_out
     )
-    self._runtime = Runtime(
-        self.db,
-        self.tasks,
-        self._threads,
-        self._children,
-        self.id,
-        self._progress_from_any_thread,
-        self._on_timeout,
-    )
-    reaper = Reaper(
-        pool,
-        self.db,
-        o.reap_interval,
-        claimable_names({n: t.defaults.version for n, t in self.tasks.items()}),
-    )
+    names = claimable_names({n: t.defaults.version for n, t in plan.tasks.items()})
+    reaper = Reaper(pool, db, o.reap_interval, names)
     await when_reachable("reaping expired leases", reaper.reap_once, wait=wait)
     helpers: dict[str, Coroutine[Any, Any, None]] = {
-        "completer": self._completer.run(),
-        "heartbeat": self._heartbeater.run(),
-        "overruns": self._overruns.run(),
+        "completer": completer.run(),
+        "heartbeat": heartbeater.run(),
+        "overruns": overruns.run(),
         "reaper": reaper.run(),
     }
-    self.notifier = Notifier(
-        lambda: self.db.connect_listener(f"cronbase-listener {self.id}"),
-        self.db.channel,
-        self._on_notify,
-        self._on_listener_reconnect,
+
+    def notified(queue: str | None = None) -> None:
+        # A defer or release in a queue it serves (None: the listener reconnected, and
+        # notifications sent meanwhile are lost: look as if one came).
+        if queue is None or o.queues is None or queue in o.queues:
+            claimer.notified()
+            wake.set()
+
+    notifier = Notifier(
+        lambda: db.connect_listener(f"cronbase-listener {plan.id}"),
+        db.channel,
+        notified,
+        notified,
     )
-    if not o.burst and self.db.listen_url is not None:
-        helpers["listen"] = self.notifier.run()
+    if not o.burst and db.listen_url is not None:
+        helpers["listen"] = notifier.run()
     elif not o.burst:
         logger.info(
             "transaction pooler and no listen_url: polling every %.1fs instead of LISTEN "
@@ -137,24 +162,24 @@ async def start(self: Worker, stack: contextlib.AsyncExitStack) -> None:
             o.poll_interval,
         )
     if o.schedule:
-        scheduler = Scheduler(self.db, self.tasks, self.periodic, queues=o.queues)
+        scheduler = Scheduler(db, plan.tasks, plan.periodic, queues=o.queues)
         helpers["scheduler"] = scheduler.run()
     if o.retention is not None and not o.burst:
-        helpers["retention"] = run_retention(pool, self.db, o.retention)
+        helpers["retention"] = run_retention(pool, db, o.retention)
     elif o.retention is not None:
-        stack.push_async_callback(_last_retention_round, pool, self.db, o.retention)
+        stack.push_async_callback(_last_retention_round, pool, db, o.retention)
     tasks = [asyncio.create_task(h, name=f"cronbase-{n}") for n, h in helpers.items()]
     stack.push_async_callback(_cancel, tasks)
     logger.info(
         "worker %s started on %s: queues=%s concurrency=%d%s%s",
-        self.id,
-        describe_url(self.db.url),
+        plan.id,
+        describe_url(db.url),
         o.describe(),
         o.concurrency,
         " burst" if o.burst else "",
         " schedules" if o.schedule else "",
     )
-    self.started.set()
+    return Parts(ledger, claimer, completer, runtime, notifier)
 
 
 @functools.cache
@@ -167,38 +192,38 @@ def package_version() -> str | None:
         return None
 
 
-async def _register(self: Worker, pool: AsyncConnectionPool) -> None:
-    q = self.db.queries
+async def _register(plan: Plan, pool: AsyncConnectionPool) -> None:
+    q = plan.db.queries
     async with pool.connection() as conn:
         await conn.execute(
             q.register_worker,
             {
-                "id": self.id,
+                "id": plan.id,
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
-                "queues": self.options.queues,
-                "concurrency": self.options.concurrency,
-                "tasks": claimable_names({n: t.defaults.version for n, t in self.tasks.items()}),
-                "supervisor": self.supervisor,
+                "queues": plan.options.queues,
+                "concurrency": plan.options.concurrency,
+                "tasks": claimable_names({n: t.defaults.version for n, t in plan.tasks.items()}),
+                "supervisor": plan.supervisor,
                 "version": package_version(),
                 "schema_version": LATEST_VERSION,
             },
         )
         # The limits in this code are the fleet's from now on (last worker started wins).
-        await conn.execute(q.register_task_limits, register_params(self.tasks))
+        await conn.execute(q.register_task_limits, register_params(plan.tasks))
         # Jobs of its tasks that a claim parked (no live worker knew them) are ready again.
         await conn.execute(
             q.unpark_jobs,
-            {"tasks": claimable_names({n: t.defaults.version for n, t in self.tasks.items()})},
+            {"tasks": claimable_names({n: t.defaults.version for n, t in plan.tasks.items()})},
         )
 
 
-async def _unregister(self: Worker, pool: AsyncConnectionPool) -> None:
+async def _unregister(plan: Plan, pool: AsyncConnectionPool) -> None:
     try:
         async with pool.connection() as conn:
-            await conn.execute(self.db.queries.unregister_worker, {"id": self.id})
+            await conn.execute(plan.db.queries.unregister_worker, {"id": plan.id})
     except Exception as exc:  # the database may be what failed; do not hide the cause
-        logger.warning("could not unregister worker %s: %s", self.id, exc)
+        logger.warning("could not unregister worker %s: %s", plan.id, exc)
 
 
 # How long a burst worker's one retention round may take as it ends (the rest is the next one's).

@@ -2,24 +2,28 @@
 
 :meth:`Worker.run`, in order:
 
-1. **Start.** Check the schema version and open a small async pool (``health.py``: a
+1. **Start** (``startup.assemble``: it builds every part and returns those the loop uses as
+   one frozen record). Check the schema version and open a small async pool (``health.py``: a
    long-running worker waits for an unreachable database, a burst one fails at once), register
-   the worker and its tasks, reap expired leases once, and start its helpers, whose lifetimes are
-   one ``AsyncExitStack``: the Completer (writes outcomes in batches, ``completer.py``), the
-   Heartbeater (renews leases, ``heartbeat.py``), the Reaper (expired leases, ``reaper.py``),
-   the overrun watch (handlers past their timeout, ``overruns.py``), the Notifier (LISTEN: wakes
-   the loop when jobs are enqueued; none through a transaction pooler without a listen URL), and
-   unless burst, the Scheduler (``schedule/scheduler.py``) and the retention rounds
-   (``operations/retention.py``).
+   the worker and its tasks, reap expired leases once, and start its helpers, whose lifetimes
+   are one ``AsyncExitStack``. Each attempt is one record in the attempts' ledger
+   (``attempts.py``), the one owner of its state, which hands disjoint sets to the helpers
+   that write its row: the Completer (writes outcomes in batches, ``completer.py``), the
+   Heartbeater (renews leases, ``heartbeat.py``); and the overrun watch (handlers past their
+   timeout, ``overruns.py``) reads it. Beside them: the Reaper (expired leases, ``reaper.py``),
+   the Notifier (LISTEN: wakes the loop when jobs are enqueued; none through a transaction
+   pooler without a listen URL), and unless burst, the Scheduler (``schedule/scheduler.py``)
+   and the retention rounds (``operations/retention.py``).
 2. **Loop** until stopped: *claim* as many due jobs as there are free slots (the Claimer,
-   ``claimer.py``: one statement that also writes the successes the Completer holds, the flow
-   claim for limited jobs, per-queue slots); *dispatch* each to its own asyncio task, started
-   eagerly on Python 3.12+ (``executor.py`` runs the handler: sync ones in a bounded thread
-   pool, or a child process with ``isolation="process"``); each *completes* by handing its
-   outcome to the Completer; then *wait* for a notification, a finished job, the poll
-   interval, or a limit with room. An error pauses the loop (logged once per run of failures); only a fatal one (schema gone,
-   permission denied) that lasts ``fatal_after`` ends it: the worker hands back its jobs and
-   raises :class:`~cronbase.WorkerFatalError`.
+   ``claimer.py``, orders the claim kinds: the plain claim, which also writes waiting
+   successes, the fair and the flow claims; per-queue slots); *dispatch* each to its own
+   asyncio task, started eagerly on Python 3.12+ (``executor.py`` runs the handler: sync ones
+   in a bounded thread pool, or a child process with ``isolation="process"``); each
+   *completes* by handing its outcome to the ledger, for the Completer; then *wait* for a
+   notification, a finished job, the poll interval, or a limit with room. An error pauses the
+   loop (logged once per run of failures); only a fatal one (schema gone, permission denied)
+   that lasts ``fatal_after`` ends it: the worker hands back its jobs and raises
+   :class:`~cronbase.WorkerFatalError`.
 3. **Stop** on SIGTERM, SIGINT or SIGHUP (or :meth:`Worker.stop`): no more claims; running
    jobs get the grace period; what still runs is handed back (queued again, attempt not
    counted); pending outcomes are written; the helpers stop; the worker unregisters. Repeated
@@ -36,13 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
 import socket
 import sys
 from collections.abc import Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..db.health import FailureLog, is_fatal
@@ -53,16 +58,11 @@ from ..errors import WorkerFatalError
 from ..logs import install_job_context
 from ..operations.metrics import WorkerMetrics
 from .claim import ClaimedJob
-from .claimer import Claimer
-from .completer import Completer
-from .executor import Runtime, execute
-from .heartbeat import Heartbeater
-from .isolation import Children
+from .executor import execute
 from .options import WorkerOptions
 from .outcomes import Outcome
-from .overruns import Overruns
 from .signals import HINT, StopRequests
-from .startup import start
+from .startup import Parts, Plan, assemble
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -135,45 +135,45 @@ class Worker:
         self.supervisor = supervisor
         self.metrics = WorkerMetrics(db)
         self.claimed = 0
-        self.notifier: Notifier | None = None
         self.started = asyncio.Event()
         # Set when the loop should look for work again (notification, free slot, stop).
         self._wake = asyncio.Event()
-        self._stopping = False
-        # Set by stop(now=True): the grace period ends at once.
-        self._now = asyncio.Event()
-        self._starting: asyncio.Task[None] | None = None
-        # Keyed by the attempt (ClaimedJob compares by identity), not job id: an attempt whose
-        # lease was lost may still be running in its thread when this worker claims the same job
-        # again. Identity hashing is also cheaper than hashing a UUID, twice a job.
-        self._running: dict[ClaimedJob, asyncio.Task[Outcome]] = {}
-        self._lost: set[ClaimedJob] = set()
-        self._threads = ThreadPoolExecutor(self.options.concurrency, "cronbase-job")
-        self._event_loop: asyncio.AbstractEventLoop | None = None
-        # Made by run(): what it starts, and what the loop works with.
-        self._claimer: Claimer
-        self._completer: Completer
-        self._heartbeater: Heartbeater
-        self._overruns: Overruns
-        self._children: Children | None = None
-        self._runtime: Runtime
+        self._stop = _Stop()
+        # Made by run() (startup.assemble): what the loop works with.
+        self._parts: Parts | None = None
+
+    @property
+    def notifier(self) -> Notifier | None:
+        """The worker's listener, once it has started."""
+        return None if self._parts is None else self._parts.notifier
+
+    @property
+    def parts(self) -> Parts:
+        """What the loop works with (the ledger, claimer, completer, runtime, notifier)."""
+        assert self._parts is not None, "the worker has not started"
+        return self._parts
 
     def stop(self, *, now: bool = False) -> None:
         """Ask for a graceful stop: no new claims; running jobs get the grace period. With
         ``now``, they are handed back at once (queued again, the attempt not counted). Before
-        the worker has started, either ends its start (nothing is held yet)."""
-        self._stopping = True
+        the worker has started, either ends its start (nothing is held yet). Safe to call from
+        any thread (a worker run in a thread of a web server, say)."""
+        loop = self._stop.loop
+        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
+            loop.call_soon_threadsafe(functools.partial(self.stop, now=now))
+            return
+        self._stop.requested = True
         if now:
-            self._now.set()
+            self._stop.now.set()
         self._wake.set()
-        if self._starting is not None and not self.started.is_set():
-            self._starting.cancel()
+        if self._stop.starting is not None and not self.started.is_set():
+            self._stop.starting.cancel()
 
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Run until stopped (or, in burst mode, until nothing is due); see the module docstring."""
-        self._event_loop = asyncio.get_running_loop()
+        self._stop.loop = asyncio.get_running_loop()
         install_job_context()  # handlers' log records carry job_id, task and attempt
         fold_pool_noise()  # an outage is one line (and one when it is over), not one a retry
         async with contextlib.AsyncExitStack() as stack:
@@ -192,7 +192,7 @@ class Worker:
                 # holds goes back to the queue now, not when its leases run out. The error is
                 # the caller's to report (the command prints its one line).
                 logger.debug("worker %s ends: %r", self.id, exc)
-                self._stopping = True
+                self._stop.requested = True
                 await self._shutdown(grace=0.0)
                 raise
             await self._shutdown(grace=self.options.shutdown_grace)
@@ -201,35 +201,47 @@ class Worker:
     async def _start(self, stack: contextlib.AsyncExitStack) -> bool:
         """Start (``startup.py``) in a task of its own, which a stop before it is done cancels
         (waiting for an unreachable database, say): False then, with what it did undone."""
-        if self._stopping:  # asked before run() began
+        if self._stop.requested:  # asked before run() began
             return False
-        self._starting = asyncio.ensure_future(start(self, stack))
+        plan = Plan(
+            self.id,
+            self.db,
+            self.tasks,
+            self.periodic,
+            self.options,
+            self.metrics,
+            self.supervisor,
+        )
+        starting = self._stop.starting = asyncio.ensure_future(assemble(plan, self._wake, stack))
         try:
-            await self._starting
+            self._parts = await starting
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if not self._stopping or (current is not None and current.cancelling()):
+            if not self._stop.requested or (current is not None and current.cancelling()):
                 raise  # not a stop request: whoever cancelled run() is to hear of it
             logger.info("worker %s stopped before it started", self.id)
             return False
         finally:
-            self._starting = None
+            self._stop.starting = None
+        self.started.set()
         return True
 
     async def _loop(self) -> None:
         failures = FailureLog("claiming jobs")
-        while not self._stopping:
-            written = self._completer.written
+        parts = self.parts
+        claimer, completer, ledger = parts.claimer, parts.completer, parts.ledger
+        while not self._stop.requested:
+            written = completer.written
             # Cleared before claiming: a notification or a finished job from now on leads to
             # another claim, one from before is answered by this one.
             self._wake.clear()
             try:
-                jobs = await self._claimer.claim(self._running)
+                jobs = await claimer.claim(ledger.running)
             except Exception as exc:
                 if is_connection_loss(exc):
                     # The claim may have committed with its reply lost: after the next claim
                     # that works, hand back whatever is leased to us that we do not know of.
-                    self._claimer.may_hold_orphans = True
+                    claimer.may_hold_orphans = True
                 # Whatever failed (the database restarting or failing over, a bug), running
                 # jobs carry on: the heartbeater and the completer retry their own writes. Only
                 # a fatal error that lasts ends the worker; a burst one, started by cron, says
@@ -247,20 +259,20 @@ class Worker:
                 continue
             failures.succeeded()
             self._dispatch(jobs)
-            if self._claimer.may_hold_orphans:
-                await self._claimer.release_orphans(list(self._running))
-            if self.options.burst and not jobs and not self._running and not self._burst_waits():
-                if self._completer.pending_jobs:
-                    await self._completer.drain()  # its outcomes may release dependents
+            if claimer.may_hold_orphans:
+                await claimer.release_orphans(list(ledger.running))
+            if self.options.burst and not jobs and not ledger.running and not self._burst_waits():
+                if completer.pending_jobs:
+                    await completer.drain()  # its outcomes may release dependents
                     continue
-                if self._completer.written == written:
+                if completer.written == written:
                     return
                 continue  # outcomes written since this claim began may have released dependents
             # Until a notification, a finished job or a stop request wakes us, or it is time to
             # poll (the fallback for a lost notification), or a limit that held jobs back may
             # have room. With every slot busy a wake-up claims nothing; the one after a job
             # finishes does.
-            retry_in = self._claimer.retry_in
+            retry_in = claimer.retry_in
             pause = self.options.poll_interval
             await self._sleep(pause if retry_in is None else min(pause, retry_in))
 
@@ -278,7 +290,7 @@ class Worker:
         worker was claiming in their scope, or their rate has room again within
         BURST_RATE_WAIT. Jobs held back by another worker's running jobs are that worker's to
         run; a window further off is the next burst's."""
-        retry_in = self._claimer.retry_in
+        retry_in = self.parts.claimer.retry_in
         return retry_in is not None and retry_in <= BURST_RATE_WAIT
 
     def _dispatch(self, jobs: list[ClaimedJob]) -> None:
@@ -286,6 +298,7 @@ class Worker:
         # dict) unless someone listens.
         log_claims = logger.isEnabledFor(logging.INFO)
         loop = asyncio.get_running_loop()
+        ledger = self.parts.ledger
         for job in jobs:
             if log_claims:
                 logger.info(
@@ -302,44 +315,43 @@ class Worker:
                     },
                 )
             task = _start(loop, self._run_job(job), f"cronbase-job-{job.id}")
-            if not task.done():  # an eager one may have run to its end (and left _running)
-                self._running[job] = task
+            if not task.done():  # an eager one may have run to its end (and been recorded)
+                ledger.started(job, task)
         if jobs:
             self.metrics.count_claimed(jobs)
-            # A lease shorter than any held so far must be renewed sooner than planned.
-            self._heartbeater.jobs_changed(jobs)
+            ledger.claimed(jobs)
             self.claimed += len(jobs)
 
     async def _run_job(self, job: ClaimedJob) -> Outcome:
+        parts = self.parts
+        outcome = None
         try:
-            outcome = await execute(self._runtime, job)
-            # An attempt whose lease was lost is no longer ours to complete (the completion
-            # would be fenced out anyway; this saves the round trip and the warning).
-            if job not in self._lost and not outcome.written:
-                self._completer.add(outcome)
+            outcome = await execute(parts.runtime, job)
             return outcome
         finally:
             # Also on cancellation (lease lost, grace period over): nothing is written then.
-            self._overruns.returned(job)
-            self._running.pop(job, None)
-            self._lost.discard(job)
-            self._wake.set()
+            # An attempt whose lease was lost is no longer ours to complete (the completion
+            # would be fenced out anyway; the ledger saves the round trip and the warning).
+            parts.ledger.finish(job, outcome)
 
     # -- start and stop --------------------------------------------------------------------------
 
     async def _shutdown(self, grace: float) -> None:
-        tasks = list(self._running.values())
-        if tasks and grace > 0 and not self._now.is_set():
+        ledger, completer = self.parts.ledger, self.parts.completer
+        now = self._stop.now
+        tasks = [a.task for a in ledger.running.values() if a.task is not None]
+        if tasks and grace > 0 and not now.is_set():
             # Until they are all done, the grace period is over, or stop(now=True). Cancelling
             # asyncio.wait() leaves the jobs' tasks alone.
-            waits = [
-                asyncio.ensure_future(asyncio.wait(tasks)),
-                asyncio.ensure_future(self._now.wait()),
-            ]
+            waits = [asyncio.ensure_future(asyncio.wait(tasks)), asyncio.ensure_future(now.wait())]
             await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             for wait in waits:
                 wait.cancel()
-        leftover = [(job, task) for job, task in self._running.items() if not task.done()]
+        leftover = [
+            (job, a.task)
+            for job, a in ledger.running.items()
+            if a.task is not None and not a.task.done()
+        ]
         if leftover:
             logger.warning(
                 "%s: handing back %d running jobs (attempt not counted)",
@@ -349,102 +361,55 @@ class Worker:
             for _, task in leftover:
                 task.cancel()
             jobs = [job for job, _ in leftover]
-            # Not beside a renewal of the same rows (they could deadlock); and no longer ours
-            # to renew once handed back, even before their tasks have unwound.
-            async with self._heartbeater.held_back(HAND_BACK_WAIT):
-                if await self._claimer.hand_back(jobs, "worker shut down before it finished"):
-                    self._lost.update(jobs)
+            # Not beside a renewal of the same rows (they could deadlock), and no longer ours
+            # to renew once handed back, even before their tasks have unwound: the ledger
+            # takes them out of every later renewal.
+            await ledger.hand_back(jobs, HAND_BACK_WAIT)
+            await self.parts.claimer.hand_back(jobs, "worker shut down before it finished")
             await asyncio.gather(*(task for _, task in leftover), return_exceptions=True)
         try:
             # Bounded: with the database gone for good the completer would retry forever. What
             # it could not write runs again when its leases expire (the fence keeps that safe).
-            drain = DRAIN_TIMEOUT if self._now.is_set() else max(grace, DRAIN_TIMEOUT)
+            drain = DRAIN_TIMEOUT if now.is_set() else max(grace, DRAIN_TIMEOUT)
             async with asyncio.timeout(drain):
-                await self._completer.drain()
+                await completer.drain()
         except TimeoutError:
             logger.warning(
                 "could not record %d outcomes before stopping; those jobs run again when their "
                 "leases expire",
-                len(self._completer.pending_jobs),
+                len(completer.pending_jobs),
             )
 
-    # -- what the helpers tell the worker --------------------------------------------------------
+    # -- signals ---------------------------------------------------------------------------------
 
     def _on_stop_signal(self, now: bool, name: str) -> None:
+        running = 0 if self._parts is None else len(self._parts.ledger.running)
         if now:
-            logger.info(
-                "%s: handing back %d running jobs now, then exiting", name, len(self._running)
-            )
+            logger.info("%s: handing back %d running jobs now, then exiting", name, running)
         else:
             logger.info(
                 "%s: finishing %d running jobs (grace %.0fs), then exiting; %s",
                 name,
-                len(self._running),
+                running,
                 self.options.shutdown_grace,
                 HINT,
             )
         self.stop(now=now)
 
-    def _on_notify(self, queue: str) -> None:
-        if self.options.queues is None or queue in self.options.queues:
-            self._claimer.notified()
-            self._wake.set()
 
-    def _on_listener_reconnect(self) -> None:
-        # Notifications sent while the listener was away are lost: look as if one came.
-        self._claimer.notified()
-        self._wake.set()
+@dataclass
+class _Stop:
+    """A stop request: asked for, hand back at once (``now``), and the start it may cancel."""
 
-    def _on_timeout(self, job: ClaimedJob, note: str) -> None:
-        logger.warning(
-            "job %d (%s) attempt %d: past its timeout; %s",
-            job.id,
-            job.task,
-            job.attempt,
-            note,
-            extra={"event": "timed_out", "job_id": job.id, "task": job.task},
-        )
-        self.metrics.timeouts.labels(job.task, job.queue).inc()
-        self._overruns.timed_out(job)
-        # The renewal that follows keeps the lease of an attempt that runs on.
-        self._heartbeater.jobs_changed()
+    requested: bool = False
+    now: asyncio.Event = field(default_factory=asyncio.Event)
+    starting: asyncio.Future[Parts] | None = None
+    # The loop the worker runs on: a stop asked from another thread is passed to it.
+    loop: asyncio.AbstractEventLoop | None = None
 
-    def _count_overrun(self, job: ClaimedJob) -> None:
-        self.metrics.overruns.labels(job.task, job.queue).inc()
 
-    def _progress_from_any_thread(self) -> None:
-        # Handlers report progress from their own thread (sync) or from the loop (async).
-        if self._event_loop is not None:
-            self._event_loop.call_soon_threadsafe(self._heartbeater.progress_changed)
-
-    def _held(self) -> list[ClaimedJob]:
-        # A job whose transaction() committed is finished: nothing left to renew.
-        running = [job for job in self._running if job not in self._lost and not job.completed]
-        # Outcomes waiting to be written keep their leases renewed, or a slow write could let
-        # the reaper hand a finished job to another worker. Not those a statement is writing
-        # (a claim carrying them, a flush): it holds their rows, and a renewal of the same rows
-        # in another order deadlocked with it (PostgreSQL aborted one; a burst worker whose
-        # claim it was ended). The reaper skips rows a statement holds.
-        return running + [o.job for o in self._completer.waiting]
-
-    def _on_lease_lost(self, job: ClaimedJob) -> None:
-        running = self._running.get(job)
-        if running is None or job in self._lost:
-            # Known already, or finished between the heartbeat's snapshot and its renewal: the
-            # outcome is then with the completer, whose write is fenced by the same token.
-            return
-        logger.warning(
-            "job %d attempt %d (%s): lease lost (expired, cancelled or retried by an operator); "
-            "its outcome will not be recorded",
-            job.id,
-            job.attempt,
-            job.task,
-        )
-        self._lost.add(job)
-        if job.context is not None:
-            job.context.lease_lost = True  # no effect and no transaction() may start now
-        # An async handler can be stopped, and a child process killed; a sync one in a thread
-        # runs on, fenced out, and keeps its slot until it returns.
-        task = self.tasks.get(job.task)
-        if task is not None and (task.is_async or task.isolation == "process"):
-            running.cancel()
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
