@@ -4,6 +4,8 @@ its event) runs on a test database through real worker runs, and inline, and end
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 
 import cronbase
 import cronbase.testing
+from cronbase.worker import executor
 
 SOON = cronbase.Backoff(base=timedelta(milliseconds=1), jitter=0)
 
@@ -117,3 +120,42 @@ def test_an_event_wakes_a_suspended_job_the_same_in_both(
         inline = run.job(inline_id)
     assert state(on_worker) == state(inline) == ("succeeded", 1, 0)
     assert on_worker.result == inline.result == {"amount": 12}
+
+
+def test_a_change_to_the_workers_attempt_reaches_inline_mode_too(
+    app: cronbase.App, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inline mode runs the worker's own attempt (worker/executor.py), not a copy of it: what
+    the attempt gives a handler (here, patched into the executor, a context variable set beside
+    current_job()) reaches sync and async handlers on a worker and inline, from defer and from
+    defer_async."""
+    feature: contextvars.ContextVar[str] = contextvars.ContextVar("feature", default="absent")
+    set_current = executor.set_current
+
+    def set_current_and_the_feature(context: cronbase.JobContext) -> None:
+        set_current(context)
+        feature.set(f"given to {context.task}")
+
+    monkeypatch.setattr(executor, "set_current", set_current_and_the_feature)
+
+    @app.task
+    def sync_handler() -> str:
+        return feature.get()
+
+    @app.task
+    async def async_handler() -> str:
+        return feature.get()
+
+    ids = [sync_handler.defer(), async_handler.defer()]
+    cronbase.testing.drain(app)
+    on_worker = [app.jobs.get(job_id).result for job_id in ids]
+
+    async def defer_async() -> list[int]:
+        return [await sync_handler.defer_async(), await async_handler.defer_async()]
+
+    with cronbase.testing.inline(app) as run:
+        ids = [sync_handler.defer(), async_handler.defer(), *asyncio.run(defer_async())]
+    inline = [run.job(job_id).result for job_id in ids]
+    assert on_worker == ["given to sync_handler", "given to async_handler"]
+    assert inline == on_worker * 2
+    assert feature.get() == "absent"  # set in each attempt's own context only

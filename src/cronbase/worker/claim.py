@@ -77,6 +77,9 @@ class ClaimedJob:
     task_version: int | None = None
     # What the handler returned, as JSON text; None when it returned None (set by the executor).
     result: str | None = None
+    # What the handler returned, as it returned it (set by the executor when not None): what
+    # inline mode records (InlineJob.result).
+    value: object = None
     # The handler's view of its job, made by the executor when the attempt starts.
     context: JobContext | None = None
 

@@ -1,6 +1,11 @@
 """Runs one claimed job: sets its context, runs the App's hooks and middleware around it
 (``hooks.py``), applies the timeout, and asks ``outcomes.py`` what the attempt came to.
 
+It is the one attempt: the worker runs it, and so does testing's inline mode
+(``testing/inline.py``), which keeps only its in-memory store around it. What differs between them
+is a strategy on :class:`Runtime` (how the context is made, how a sync handler is called, whether
+timeouts and leases exist, how the end hooks name the outcome), never a branch in the attempt.
+
 A timed-out attempt is over only when its handler has returned: an async one is cancelled, a
 sync one in a thread is told (``is_cancelled()``) and waited for (Python cannot stop a thread),
 and one in a child process (``isolation="process"``) is killed.
@@ -14,8 +19,8 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -46,20 +51,78 @@ THREAD_RUNS_ON = (
 )
 
 
+def job_context(runtime: Runtime, job: ClaimedJob) -> JobContext:
+    """The handler's view of its job on a worker: its lease, and the database for
+    ``transaction()`` and steps."""
+    return JobContext(
+        id=job.id,
+        task=job.task,
+        queue=job.queue,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        payload=job.payload,
+        metadata=job.metadata,
+        task_version=job.task_version or 1,
+        lease_token=job.lease_token,
+        lease=job.lease,
+        worker_id=runtime.worker_id,
+        _db=runtime.db,
+        _on_progress=runtime.on_progress,
+    )
+
+
+# How a sync handler is called: (runtime, the call) -> what awaiting gives its return value
+# (the attempt applies the timeout). The awaitable is returned, not awaited: a strategy costs no
+# coroutine of its own.
+SyncCall = Callable[["Runtime", Callable[[], Any]], Awaitable[Any]]
+
+
+def in_thread(runtime: Runtime, target: Callable[[], Any]) -> asyncio.Future[Any]:
+    """A sync handler in the runtime's threads (None: the loop's default executor), with a copy
+    of the caller's contextvars (current_job())."""
+    ctx = contextvars.copy_context()
+    return asyncio.get_running_loop().run_in_executor(runtime.threads, ctx.run, target)
+
+
+def outcome_name(job: ClaimedJob, outcome: Outcome) -> str:
+    """What the end hooks are told of an outcome: a failure is 'dead' when no attempt is left,
+    as finish_jobs will record it."""
+    if outcome.outcome == "failed":
+        return outcome_status(
+            succeeded=False, give_up=False, attempts=job.attempt, max_attempts=job.max_attempts
+        ).value
+    return outcome.outcome
+
+
 @dataclass
 class Runtime:
     """What the worker lends the executor: the database, its tasks, the thread pool for sync
-    handlers, the child processes for isolated ones, and what to tell the worker."""
+    handlers, the child processes for isolated ones, and what to tell the worker.
+
+    The last fields are the strategies inline mode (``testing/inline.py``) sets otherwise; their
+    defaults are the worker's."""
 
     db: Database
     tasks: Mapping[str, Task[Any, Any]]
-    threads: ThreadPoolExecutor
+    # None: the running loop's default executor.
+    threads: Executor | None
     children: Children | None = None
     worker_id: str | None = None
     # A handler reported progress (from any thread).
     on_progress: Callable[[], None] = lambda: None
     # An attempt passed its timeout: cancelled (it may run on: see the note), or killed.
     on_timeout: Callable[[ClaimedJob, str], None] = lambda job, note: None
+    # Makes the handler's current_job().
+    context: Callable[[Runtime, ClaimedJob], JobContext] = job_context
+    # Calls a sync handler (not in a child process).
+    call_sync: SyncCall = in_thread
+    # Whether a task's timeout applies.
+    timeouts: bool = True
+    # Whether an attempt holds a lease on a database, which it can lose or hand back (without
+    # one, LeaseLostError and DatabaseUnavailableError are failures like any other).
+    leases: bool = True
+    # What the end hooks are told an outcome is.
+    ended_as: Callable[[ClaimedJob, Outcome], str] = outcome_name
 
 
 class _TimedOut(Exception):
@@ -81,21 +144,7 @@ async def execute(runtime: Runtime, job: ClaimedJob) -> Outcome:
     except UnknownTaskError as exc:
         # Possibly a deploy in progress: another worker may know the task, so retry later.
         return outcome_of(job, outcomes.failure(exc, retry_in=60.0, give_up=False), 0.0)
-    context = job.context = JobContext(
-        id=job.id,
-        task=job.task,
-        queue=job.queue,
-        attempt=job.attempt,
-        max_attempts=job.max_attempts,
-        payload=job.payload,
-        metadata=job.metadata,
-        task_version=job.task_version or 1,
-        lease_token=job.lease_token,
-        lease=job.lease,
-        worker_id=runtime.worker_id,
-        _db=runtime.db,
-        _on_progress=runtime.on_progress,
-    )
+    context = job.context = runtime.context(runtime, job)
     hooks = task.hooks
     try:
         kwargs = task.arguments(job.payload)
@@ -117,11 +166,7 @@ async def execute(runtime: Runtime, job: ClaimedJob) -> Outcome:
         name = "lost" if context.lease_lost else "released"
         hooks.ended(context, name, exc, timedelta(seconds=time.monotonic() - started))
         raise
-    name = outcome.outcome
-    if name == "failed":  # dead when no attempt is left, as finish_jobs will record it
-        name = outcome_status(
-            succeeded=False, give_up=False, attempts=job.attempt, max_attempts=job.max_attempts
-        ).value
+    name = runtime.ended_as(job, outcome)
     hooks.ended(context, name, outcome.exception, timedelta(seconds=outcome.duration))
     return outcome
 
@@ -135,6 +180,7 @@ async def _attempt(
     started: float,
 ) -> Outcome:
     """Run the handler (within its timeout and middleware) and say how it went."""
+    __tracebackhide__ = True  # inline mode: pytest shows the test and the handler
     verdict: Verdict
     try:
         value = await _call(runtime, task, kwargs, job, context)
@@ -147,11 +193,14 @@ async def _attempt(
     except BaseException as exc:
         if not isinstance(exc, Exception | Suspend):
             raise
-        verdict = outcomes.raised(task, job.attempt, exc, completed=context.completed)
+        verdict = outcomes.raised(
+            task, job.attempt, exc, completed=context.completed, leased=runtime.leases
+        )
         _log_unusual(job, verdict)
     else:
         if value is None and not context.completed:  # the common case, without a Verdict
             return Outcome(job=job, outcome="succeeded", duration=time.monotonic() - started)
+        job.value = value
         verdict = outcomes.returned(
             task,
             job.id,
@@ -185,7 +234,12 @@ async def _call(
     context: JobContext,
 ) -> Any:
     """Run the handler; what it returned. _TimedOut when its timeout ended the attempt."""
-    timeout = task.defaults.timeout.total_seconds() if task.defaults.timeout else None
+    __tracebackhide__ = True
+    timeout = (
+        task.defaults.timeout.total_seconds()
+        if task.defaults.timeout and runtime.timeouts
+        else None
+    )
     if task.is_async:
         call: Any = (
             task.hooks.call_async(context, task.func, kwargs)
@@ -205,10 +259,10 @@ async def _call(
         target = functools.partial(task.hooks.call, context, task.func, kwargs)
     else:
         target = functools.partial(task.func, **kwargs)
-    ctx = contextvars.copy_context()
-    future = asyncio.get_running_loop().run_in_executor(runtime.threads, ctx.run, target)
+    running = runtime.call_sync(runtime, target)
     if timeout is None:
-        return await future
+        return await running
+    future = asyncio.ensure_future(running)
     done, _ = await asyncio.wait((future,), timeout=timeout)
     if done:
         return future.result()

@@ -147,8 +147,17 @@ def returned(
         return failure(exc, retry_in=0.0, give_up=True)
 
 
-def raised(task: Task[Any, Any], attempt: int, exc: BaseException, *, completed: bool) -> Verdict:
-    """The handler raised ``exc`` on attempt ``attempt``: what the attempt comes to."""
+def raised(
+    task: Task[Any, Any],
+    attempt: int,
+    exc: BaseException,
+    *,
+    completed: bool,
+    leased: bool = True,
+) -> Verdict:
+    """The handler raised ``exc`` on attempt ``attempt``: what the attempt comes to.
+    ``leased``: the attempt holds a lease on a database (inline mode's do not: nothing can be
+    lost or handed back, so those errors are failures like any other)."""
     if isinstance(exc, Suspend):
         # sleep() or wait_for(): not an attempt that ended, a pause; the job runs again later.
         return Verdict(outcome="suspended", wake_in=exc.wake_in, waiting_for=exc.waiting_for)
@@ -171,11 +180,11 @@ def raised(task: Task[Any, Any], attempt: int, exc: BaseException, *, completed:
             error_type="Cancel",
             exception=exc,
         )
-    if isinstance(exc, DatabaseUnavailableError):
+    if isinstance(exc, DatabaseUnavailableError) and leased:
         # The database went away under the handler (a restart, a failover): not the handler's
         # fault, so the attempt is handed back and not counted.
         return Verdict(outcome="released", error=trim(str(exc), ERROR_LIMIT), exception=exc)
-    if isinstance(exc, LeaseLostError):
+    if isinstance(exc, LeaseLostError) and leased:
         # Another attempt may own the job: this one ends with nothing recorded (the fence
         # would refuse the write anyway).
         return Verdict(outcome="lost", written=True, exception=exc)
