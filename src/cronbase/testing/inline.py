@@ -156,7 +156,7 @@ class InlineRun(InlineStore):
         job.result = claimed.value
         job.status, job.attempts, job.snoozes = state_after(job, outcome)
         if outcome.outcome == "suspended":
-            job.waiting_for, job._rerun = outcome.waiting_for, task
+            job.waiting_for, job.rerun = outcome.waiting_for, task
             return None
         exc = outcome.exception
         job.error = exc if isinstance(exc, Exception) else None

@@ -48,7 +48,7 @@ def runtimes(db: Database, store: InlineStore) -> tuple[Runtime, Runtime]:
 
     here = Runtime(
         db,
-        store._tasks,
+        store.tasks,
         None,
         context=lambda _, claimed: inline_context(claimed, store.job(claimed.id), store.events),
         call_sync=called_here,

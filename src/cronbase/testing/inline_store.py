@@ -57,7 +57,7 @@ class InlineJob:
     steps: dict[str, Any] = field(default_factory=dict, repr=False)
     waiting_for: str | None = field(default=None, repr=False)
     # What runs it again when its event is emitted.
-    _rerun: Task[Any, Any] | None = field(default=None, repr=False)
+    rerun: Task[Any, Any] | None = field(default=None, repr=False)
 
 
 # What _accepted and _graph_jobs give the caller: each job recorded, and whether to run it now.
@@ -82,7 +82,7 @@ class InlineStore:
         self._by_id: dict[int, InlineJob] = {}
         # The tasks deferred, by name: the executor finds a job's task here, as a worker does
         # in its App's.
-        self._tasks: dict[str, Task[Any, Any]] = {}
+        self.tasks: dict[str, Task[Any, Any]] = {}
         self._ids = itertools.count(1)
         # idempotency_key -> job id: a second defer with the key gets the first job, not a run,
         # as the database's unique index makes it.
@@ -201,7 +201,7 @@ class InlineStore:
         )
         self.jobs.append(job)
         self._by_id[job.id] = job
-        self._tasks[task.name] = task
+        self.tasks[task.name] = task
         if key is not None:
             self._keys[key] = job.id
         return job, True
@@ -212,9 +212,9 @@ class InlineStore:
             return None
         self.events[key] = json.loads(json.dumps(payload))
         return [
-            (job, job._rerun)
+            (job, job.rerun)
             for job in self.jobs
-            if job.waiting_for == key and job._rerun is not None
+            if job.waiting_for == key and job.rerun is not None
         ]
 
 
