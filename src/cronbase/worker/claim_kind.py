@@ -34,6 +34,17 @@ class Turn(enum.Enum):
     SKIP = "skip"  # not in this round
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What the claimer asks a kind for: up to ``limit`` jobs of ``queues`` (None: all the
+    worker serves), and the successes its statement writes (``done``: only a kind that
+    ``carries``)."""
+
+    limit: int
+    queues: list[str] | None
+    done: Sequence[ClaimedJob] = ()
+
+
 @dataclass(slots=True)
 class Taken:
     """What a kind's claim did, and how soon the claimer should claim again because of it
@@ -52,15 +63,8 @@ class ClaimKind:
         """When this kind claims in a round for ``scope`` (``now``: the loop's clock)."""
         return Turn.LEAD
 
-    async def claim(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        *,
-        limit: int,
-        queues: list[str] | None,
-        done: Sequence[ClaimedJob],
-    ) -> Taken:
-        """Lease up to ``limit`` jobs of ``queues`` (None: all), writing ``done``."""
+    async def claim(self, conn: psycopg.AsyncConnection[Any], ask: Ask) -> Taken:
+        """Lease up to ``ask.limit`` jobs of ``ask.queues`` (None: all), writing ``ask.done``."""
         raise NotImplementedError
 
     def wants_written(self, pending: Sequence[Outcome]) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .claim import ClaimedJob, claimable_names
 from .claim_connection import KeptConnection
-from .claim_kind import ClaimKind, Turn
+from .claim_kind import Ask, ClaimKind, Turn
 from .fair_claim import FairKind, fair_tasks
 from .flow_claim import FlowKind
 from .hand_back import hand_back, release_orphans
@@ -130,13 +130,13 @@ class Claimer:
             if limit <= 0:
                 return []
             async with self._connection() as conn:
-                taken = await kind.claim(conn, limit=limit, queues=queues, done=())
+                taken = await kind.claim(conn, Ask(limit, queues))
         else:
             with self._completer.carrying() as carried:
                 if limit <= 0 and not carried.outcomes:
                     return []
                 async with self._connection() as conn:
-                    taken = await kind.claim(conn, limit=limit, queues=queues, done=carried.jobs)
+                    taken = await kind.claim(conn, Ask(limit, queues, carried.jobs))
                 carried.written = taken.result.written_ids
         for bad in taken.result.undecodable:
             # Its own outcome, written like any other; its batch-mates run on.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..db import arrays
 from .claim import ClaimedJob, ClaimResult, claimable_names, done_params, run_claim, written_in
-from .claim_kind import ClaimKind, Scope, Taken, Turn
+from .claim_kind import Ask, ClaimKind, Scope, Taken, Turn
 
 if TYPE_CHECKING:
     import psycopg
@@ -189,14 +189,8 @@ class FairKind(ClaimKind):
     def notified(self) -> None:
         self.pacing.notified()
 
-    async def claim(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        *,
-        limit: int,
-        queues: list[str] | None,
-        done: Sequence[ClaimedJob],
-    ) -> Taken:
+    async def claim(self, conn: psycopg.AsyncConnection[Any], ask: Ask) -> Taken:
+        limit, queues, done = ask.limit, ask.queues, ask.done
         pacing = self.pacing
         loop = asyncio.get_running_loop()
         scans = pacing.scans(loop.time())

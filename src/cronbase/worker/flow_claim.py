@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..db import arrays
-from .claim import ClaimedJob, ClaimResult, Loads, column_names, read_rows
-from .claim_kind import ClaimKind, Scope, Taken, Turn
+from .claim import ClaimResult, Loads, column_names, read_rows
+from .claim_kind import Ask, ClaimKind, Scope, Taken, Turn
 
 if TYPE_CHECKING:
     import psycopg
@@ -219,14 +219,8 @@ class FlowKind(ClaimKind):
             limited &= set(self._serves)
         self._limited_queues = frozenset(limited)
 
-    async def claim(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        *,
-        limit: int,
-        queues: list[str] | None,
-        done: Sequence[ClaimedJob],
-    ) -> Taken:
+    async def claim(self, conn: psycopg.AsyncConnection[Any], ask: Ask) -> Taken:
+        limit, queues = ask.limit, ask.queues
         params = candidate_params(
             schema=self._db.schema,
             limit=limit,

@@ -5,11 +5,10 @@ carry those successes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .claim import ClaimedJob, claim_jobs, claim_params
-from .claim_kind import ClaimKind, Scope, Taken, Turn
+from .claim import claim_jobs, claim_params
+from .claim_kind import Ask, ClaimKind, Scope, Taken, Turn
 
 if TYPE_CHECKING:
     import psycopg
@@ -35,14 +34,8 @@ class PlainKind(ClaimKind):
     def turn(self, scope: Scope, now: float) -> Turn:
         return Turn.LEAD if self._claims else Turn.CARRY
 
-    async def claim(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        *,
-        limit: int,
-        queues: list[str] | None,
-        done: Sequence[ClaimedJob],
-    ) -> Taken:
+    async def claim(self, conn: psycopg.AsyncConnection[Any], ask: Ask) -> Taken:
+        limit, queues, done = ask.limit, ask.queues, ask.done
         params = claim_params(
             done=done, limit=limit, worker=self._worker_id, queues=queues, tasks=self._tasks
         )
