@@ -120,7 +120,7 @@ class Attempts:
         """The attempt's task ended with ``outcome`` (None: cancelled). What a lost attempt or
         its own transaction() finished has nothing to write."""
         attempt = self.running.pop(job, None)
-        if attempt is None:  # it ended eagerly, before claimed() recorded it
+        if attempt is None:  # it ended eagerly, before started() recorded it
             attempt = Attempt(job, State.RUNNING)
         if attempt.overrun:
             assert attempt.timed_out_at is not None
