@@ -24,6 +24,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 import cronbase
 from tests.browser import dashboard_app
 from tests.conftest import wait_for
+from tests.e2e.harness import after_inherited
 
 REPO = Path(__file__).resolve().parents[2]
 CRONBASE = Path(sys.executable).with_name("cronbase")
@@ -55,7 +56,7 @@ def cli_env(database_url: str, **extra: str) -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if k not in drop and not k.startswith("CRONBASE_DASH")
     }
-    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO), **extra)
+    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=after_inherited(str(REPO)), **extra)
     return env
 
 

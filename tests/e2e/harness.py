@@ -44,8 +44,14 @@ TRUNCATE test_events, test_flags, test_executions;
 def python_path() -> str:
     """The repository first (the tests' apps), then what the test run was given: a worktree's
     ``PYTHONPATH=src`` puts its own cronbase before the one installed in the venv."""
+    return after_inherited(str(REPO))
+
+
+def after_inherited(*paths: str) -> str:
+    """A child's PYTHONPATH: ``paths``, then the test run's own (a worktree's ``src``: so the
+    child runs the code under test, not the checkout the venv was installed from)."""
     inherited = os.environ.get("PYTHONPATH")
-    return os.pathsep.join([str(REPO), *([inherited] if inherited else [])])
+    return os.pathsep.join([*paths, *([inherited] if inherited else [])])
 
 
 def reset_test_tables(db: psycopg.Connection[Any]) -> None:

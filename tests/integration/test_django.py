@@ -23,6 +23,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from cronbase.db import migrate
+from tests.e2e.harness import after_inherited
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "examples" / "django_project"
@@ -96,7 +97,7 @@ class Site:
         env.update(
             DATABASE_URL=self.url,
             DJANGO_SETTINGS_MODULE=self.settings_module,
-            PYTHONPATH=os.pathsep.join([str(self.folder), str(PROJECT)]),
+            PYTHONPATH=after_inherited(str(self.folder), str(PROJECT)),
         )
         env.update(self.extra_env)
         return env

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from tests.conftest import wait_for
+from tests.e2e.harness import after_inherited
 from tests.integration.test_django import drop_database, new_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +100,7 @@ def test_the_backend_passes_djangos_backend_tests(django: str, fresh_url: str) -
             "--noinput",
         ],
         cwd=SUITE,
-        env=clean_env(DATABASE_URL=fresh_url, PYTHONPATH=str(SUITE)),
+        env=clean_env(DATABASE_URL=fresh_url, PYTHONPATH=after_inherited(str(SUITE))),
         capture_output=True,
         text=True,
         timeout=240,

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cronbase.dashboard.auth import ENV_PASSWORD, ENV_TOKEN, ENV_USER
 from tests.conftest import wait_for
+from tests.e2e.harness import after_inherited
 from tests.integration.test_sqlalchemy import sqlalchemy_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,7 +152,7 @@ def test_uvicorn_serves_the_example_and_shuts_down_cleanly(
         for k, v in os.environ.items()
         if k not in ("DATABASE_URL", ENV_USER, ENV_PASSWORD, ENV_TOKEN)
     }
-    env.update(CRONBASE_DATABASE_URL=url_of(database_url), PYTHONPATH=str(REPO))
+    env.update(CRONBASE_DATABASE_URL=url_of(database_url), PYTHONPATH=after_inherited(str(REPO)))
     log_path = tmp_path / "uvicorn.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(

@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import cronbase
 from cronbase.contrib.opentelemetry import instrument, is_instrumented, uninstrument
-from tests.e2e.harness import run_example
+from tests.e2e.harness import after_inherited, run_example
 
 from ..conftest import SCHEMA
 
@@ -377,7 +377,7 @@ def test_the_tracing_example_prints_a_send_span_and_a_process_span_linked_to_it(
     database_url: str, db: psycopg.Connection[Any]
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO))
+    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=after_inherited(str(REPO)))
     env.pop("DATABASE_URL", None)
     result = run_example("tracing", env)
     # "name kind trace T span S parent P links L", one line per span, as the example shows.

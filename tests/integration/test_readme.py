@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from cronbase.schedule.cron import Cron
+from tests.e2e.harness import after_inherited
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text("utf-8")
@@ -44,7 +45,9 @@ def test_excerpts_are_in_their_files() -> None:
 
 def readme_env(database_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CRONBASE_APP")}
-    env.update(CRONBASE_DATABASE_URL=database_url, PYTHONPATH=str(REPO), COLUMNS="200")
+    env.update(
+        CRONBASE_DATABASE_URL=database_url, PYTHONPATH=after_inherited(str(REPO)), COLUMNS="200"
+    )
     return env
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 import cronbase
 from cronbase.errors import CronbaseError
-from tests.e2e.harness import run_example
+from tests.e2e.harness import after_inherited, run_example
 
 REPO = Path(__file__).resolve().parents[2]
 SYNC_KINDS = ["session", "connection"]
@@ -470,7 +470,7 @@ def test_the_session_example_keeps_what_commits_and_drops_the_savepoint(
     db.execute("DROP TABLE IF EXISTS public.users")
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     url = sqlalchemy_url(database_url, "postgresql").render_as_string(hide_password=False)
-    env.update(CRONBASE_DATABASE_URL=url, PYTHONPATH=str(REPO))
+    env.update(CRONBASE_DATABASE_URL=url, PYTHONPATH=after_inherited(str(REPO)))
     result = run_example("sqlalchemy_session", env)
     assert result.stdout.splitlines()[-1] == "['send_gift', 'send_welcome', 'send_welcome']"
     users = dict(db.execute("SELECT email, id FROM public.users").fetchall())

@@ -12,6 +12,8 @@ from typing import Any
 
 import psycopg
 
+from tests.e2e.harness import after_inherited
+
 REPO = Path(__file__).resolve().parents[2]
 # The example App's own database: it must never be used (inline needs none, the fixture swaps).
 NOWHERE = "postgresql://examples-must-not-use-this@127.0.0.1:1/none"
@@ -24,7 +26,7 @@ def run_pytest(*args: str, test_url: str | None) -> subprocess.CompletedProcess[
         for k, v in os.environ.items()
         if k not in ("DATABASE_URL", "CRONBASE_APP", "CRONBASE_TEST_DATABASE_URL")
     }
-    env.update(CRONBASE_DATABASE_URL=NOWHERE, PYTHONPATH=str(REPO))
+    env.update(CRONBASE_DATABASE_URL=NOWHERE, PYTHONPATH=after_inherited(str(REPO)))
     if test_url is not None:
         env["CRONBASE_TEST_DATABASE_URL"] = test_url
     return subprocess.run(
