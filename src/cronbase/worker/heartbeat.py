@@ -13,10 +13,10 @@ import asyncio
 import json
 import logging
 import time
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..db.health import FailureLog
+from .attempts import IDLE_LEASE
 from .claim import ClaimedJob
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cronbase")
 
 PROGRESS_INTERVAL = 0.5  # seconds between progress writes, at most
-IDLE_INTERVAL = timedelta(seconds=10)  # how often an idle worker says it is alive
 
 
 def _json(value: list[dict[str, Any]] | None) -> str | None:
@@ -56,8 +55,9 @@ class Heartbeater:
 
     def interval(self, jobs: list[ClaimedJob]) -> float:
         """Seconds between beats: a third of the shortest lease of ``jobs`` (idle: a third of
-        IDLE_INTERVAL x 3). Tells the ledger that lease: a claim of a shorter one wakes us."""
-        shortest = min((j.lease for j in jobs), default=IDLE_INTERVAL * 3)
+        IDLE_LEASE: an idle worker says it is alive every 10 s). Tells the ledger that lease: a
+        claim of a shorter one wakes us."""
+        shortest = min((j.lease for j in jobs), default=IDLE_LEASE)
         self._ledger.planned_for = shortest
         return max(shortest.total_seconds() / 3, 0.05)
 
