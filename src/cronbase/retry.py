@@ -18,8 +18,10 @@ class Backoff:
     that either way, so a burst of failures does not come back in lockstep. ``base`` and
     ``cap`` are timedeltas or seconds.
 
+    ```pycon
     >>> Backoff(base=timedelta(seconds=10), jitter=0).delay(3)
     datetime.timedelta(seconds=40)
+    ```
     """
 
     base: timedelta = timedelta(seconds=5)
@@ -69,6 +71,13 @@ class Backoff:
             timedelta(seconds=raw * (1 - self.jitter)),
             timedelta(seconds=min(cap, raw * (1 + self.jitter))),
         )
+
+    def delay_after(self, attempt: int, exc: BaseException | None) -> timedelta:
+        """The delay before retrying after failed attempt ``attempt``, which raised ``exc``
+        (None when the worker cannot tell: a child process's failure). The worker asks this;
+        it is :meth:`delay`, and a subclass may read the exception (cronbase.contrib.celery's
+        ``self.retry(countdown=...)`` carries its own delay)."""
+        return self.delay(attempt)
 
     def delay(self, attempt: int) -> timedelta:
         """The delay before retrying after failed attempt number ``attempt`` (1-based)."""

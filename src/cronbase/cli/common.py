@@ -210,7 +210,8 @@ def app_option(command: F) -> F:
 
 
 def load_app(path: str) -> App:
-    """Import ``pkg.module:attribute`` and return the App it names."""
+    """Import ``pkg.module:attribute`` and return the App it names, or the App an object of it
+    wraps as its ``cronbase_app`` (read once: it may prepare the App, as Celery's finalizes)."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(
@@ -233,12 +234,16 @@ def load_app(path: str) -> App:
         raise ConfigurationError(
             f"cannot import app {path!r}: module {module_name!r} has no attribute {attribute!r}"
         ) from None
-    if not isinstance(app, App):
-        raise ConfigurationError(
-            f"cannot import app {path!r}: {attribute!r} is a {type(app).__name__}, "
-            "not a cronbase.App"
-        )
-    return app
+    if isinstance(app, App):
+        return app
+    # An object of another vocabulary that wraps an App (cronbase.contrib.celery's Celery) says
+    # so with a cronbase_app attribute: the cli cannot import contrib (the layers contract).
+    wrapped = getattr(app, "cronbase_app", None)
+    if isinstance(wrapped, App):
+        return wrapped
+    raise ConfigurationError(
+        f"cannot import app {path!r}: {attribute!r} is a {type(app).__name__}, not a cronbase.App"
+    )
 
 
 _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number"}

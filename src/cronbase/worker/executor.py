@@ -371,7 +371,7 @@ def _remote(task: Task[Any, Any], job: ClaimedJob, remote: Remote) -> Verdict:
     gives_up = remote.gives_up or remote.kind == "payload"
     return Verdict(
         outcome="dead" if gives_up else "failed",
-        retry_in=0.0 if gives_up else outcomes.retry_in(task, job.attempt),
+        retry_in=0.0 if gives_up else outcomes.retry_in(task, job.attempt, None),
         error=outcomes.trim(remote.message or "", outcomes.ERROR_LIMIT),
         error_type="cronbase.errors.PayloadError"
         if remote.kind == "payload"

@@ -119,9 +119,9 @@ def failure(exc: BaseException, *, retry_in: float, give_up: bool) -> Verdict:
     )
 
 
-def retry_in(task: Task[Any, Any], attempt: int) -> float:
-    """Seconds until the next attempt after failed attempt ``attempt``."""
-    return task.defaults.retry.delay(attempt).total_seconds()
+def retry_in(task: Task[Any, Any], attempt: int, exc: BaseException | None) -> float:
+    """Seconds until the next attempt after failed attempt ``attempt``, which raised ``exc``."""
+    return task.defaults.retry.delay_after(attempt, exc).total_seconds()
 
 
 def returned(
@@ -193,14 +193,14 @@ def raised(
         # this attempt's failure. Queued again after the retry delay, the attempt not counted.
         return Verdict(
             outcome="snoozed",
-            retry_in=min(retry_in(task, attempt), EFFECT_WAIT_MAX),
+            retry_in=min(retry_in(task, attempt, exc), EFFECT_WAIT_MAX),
             error=trim(error_line(exc), ERROR_LIMIT),
             error_type="EffectInProgress",
             exception=exc,
             snooze_cap=UNCOUNTED_SNOOZE,
         )
     give_up = task.gives_up(exc)
-    return failure(exc, retry_in=0.0 if give_up else retry_in(task, attempt), give_up=give_up)
+    return failure(exc, retry_in=0.0 if give_up else retry_in(task, attempt, exc), give_up=give_up)
 
 
 def timed_out(task: Task[Any, Any], attempt: int, how: str, *, completed: bool) -> Verdict:
@@ -208,7 +208,7 @@ def timed_out(task: Task[Any, Any], attempt: int, how: str, *, completed: bool) 
     if completed:  # its transaction() committed before the handler noticed
         return Verdict(outcome="succeeded", written=True)
     error = TimeoutError(f"handler ran past its timeout of {task.defaults.timeout}{how}")
-    return failure(error, retry_in=retry_in(task, attempt), give_up=False)
+    return failure(error, retry_in=retry_in(task, attempt, error), give_up=False)
 
 
 def unfit(exc: PayloadError) -> Verdict:
