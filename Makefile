@@ -11,7 +11,7 @@ STAMP = $(VENV)/.cronbase-installed
 DJANGO6_VENV = .venv-django6
 DJANGO6_STAMP = $(DJANGO6_VENV)/.cronbase-installed
 
-.PHONY: demo test check screenshots prerequisites
+.PHONY: demo test check docs docs-serve screenshots prerequisites
 
 demo: $(STAMP)
 	$(VENV)/bin/cronbase demo
@@ -31,6 +31,17 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory docs
+
+# make docs: the site (mkdocs.yml) into site/, strict: a broken link or anchor, a page missing
+# from the nav, or a docstring mkdocstrings cannot render fails it. make docs-serve: the same at
+# http://127.0.0.1:8000/, rebuilt as you edit. NO_MKDOCS_2_WARNING: Material's notice of its
+# successor, printed on every build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 prerequisites:
 	@sh scripts/prerequisites.sh

@@ -1,6 +1,6 @@
 """examples/invoices.py: the tasks of a small invoicing app."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import cronbase
 
@@ -23,3 +23,17 @@ def weekly_report(team: str) -> None:
     for percent, stage in [(10, "collecting"), (60, "rendering"), (90, "emailing")]:
         job.set_progress(percent, stage=stage)
         print(f"report for {team}: {stage} (attempt {job.attempt})")
+
+
+@app.task(max_attempts=3, retry=cronbase.Backoff(base=timedelta(minutes=1)))
+def charge_card(invoice_id: int) -> None:
+    attempt = cronbase.current_job().attempt
+    if attempt == 1:  # the payment provider times out the first time, as they do
+        raise ConnectionError("payment provider timed out")
+    print(f"charged invoice {invoice_id} (attempt {attempt})")
+
+
+@app.periodic(cron="0 8 * * MON-FRI", tz="Europe/Berlin", key="morning-reminders")
+@app.task
+def send_reminders(scheduled_at: datetime) -> None:
+    print(f"reminders for {scheduled_at:%A %H:%M}")  # the slot's time, in UTC

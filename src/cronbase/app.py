@@ -56,9 +56,11 @@ _DEFER_OPTIONS = frozenset(inspect.signature(Task.configure).parameters) - {"sel
 class App:
     """Holds configuration and registered tasks.
 
+    ```pycon
     >>> app = cronbase.App()  # database from CRONBASE_DATABASE_URL, DATABASE_URL, else embedded
     >>> @app.task(queue="emails")  # doctest: +SKIP
     ... def send_invoice(invoice_id: int) -> None: ...
+    ```
     """
 
     def __init__(self, database_url: str | None = None, **options: Unpack[DatabaseOptions]) -> None:
@@ -169,9 +171,11 @@ class App:
         """Run a task on a cron schedule; goes above ``@app.task`` (``options``:
         :class:`~cronbase.schedule.scheduler.ScheduleOptions`).
 
+        ```pycon
         >>> @app.periodic(cron="0 2 * * *", tz="Europe/Berlin", key="nightly-cleanup")  # doctest: +SKIP
         ... @app.task(queue="maintenance")
         ... def cleanup(scheduled_at: datetime) -> None: ...
+        ```
         """
 
         def declare(task: Task[P, R]) -> Task[P, R]:
@@ -192,8 +196,10 @@ class App:
     def on_job_start(self, hook: JobStartHook) -> JobStartHook:
         """Call ``hook(job)`` as each attempt starts (job: the :class:`JobContext`).
 
+        ```pycon
         >>> @app.on_job_start  # doctest: +SKIP
         ... def tag(job): sentry_sdk.set_tag("job_id", job.id)
+        ```
 
         It runs on the worker's event loop: keep it quick. One that raises is logged and ignored.
         """
@@ -212,10 +218,12 @@ class App:
     def middleware(self, factory: JobMiddleware) -> JobMiddleware:
         """Run every handler inside ``factory(job)``, a context manager (tenancy, a Sentry scope).
 
+        ```pycon
         >>> @app.middleware  # doctest: +SKIP
         ... def tenant(job):
         ...     with tenancy.use(job.payload["tenant_id"]):
         ...         yield
+        ```
 
         A generator function, as here, is made a context manager (contextlib.contextmanager).
 
@@ -302,7 +310,7 @@ class App:
     def migrate(self, *, force: bool = False) -> list[str]:
         """Create or upgrade the schema; returns the migrations applied. A contract migration
         is refused while workers whose code is too old for it are alive, unless ``force``
-        (README: Rolling deploys)."""
+        (docs/guides/upgrade.md)."""
         return self.db.migrate(force=force)
 
     async def migrate_async(self, *, force: bool = False) -> list[str]:

@@ -70,7 +70,9 @@ class JobContext:
     def set_progress(self, percent: float, stage: str | None = None) -> None:
         """Report progress (0 to 100) and optionally the stage; stored with the next heartbeat.
 
+        ```pycon
         >>> cronbase.current_job().set_progress(40, stage="rendering")  # doctest: +SKIP
+        ```
         """
         if not 0 <= percent <= 100:
             raise ValueError(f"progress must be within 0..100, got {percent!r}")
@@ -88,8 +90,10 @@ class JobContext:
         together, or, when the block raises, roll back together (the job then fails and retries
         as usual). Make it the handler's last step.
 
+        ```pycon
         >>> with cronbase.current_job().transaction() as conn:  # doctest: +SKIP
         ...     conn.execute("UPDATE invoices SET sent = true WHERE id = %s", [invoice_id])
+        ```
         """
         db = self._require_db()
         self.check_live()
@@ -167,7 +171,9 @@ class JobContext:
         job runs again (a crash, a retry, a resume after sleep or wait_for), the step returns
         the stored result without running. Name each step once per run.
 
+        ```pycon
         >>> charge = cronbase.current_job().step("charge", charge_card, invoice_id)  # doctest: +SKIP
+        ```
         """
         return self._steps().step(name, fn, args, kwargs)  # type: ignore[no-any-return]
 

@@ -17,8 +17,10 @@ class UndecodableJSON:
     ``MAX_JSON_DEPTH``, or a number Python refuses; only other SQL writes one. ``text`` is the
     JSON as stored, ``reason`` why. Views show it marked, by its start; actions work on its row.
 
+    ```pycon
     >>> str(UndecodableJSON('{"x": [[[]]]}', "nested deeper than 2 levels (at character 7)"))
     'undecodable JSON, nested deeper than 2 levels (at character 7): {"x": [[[]]]}'
+    ```
     """
 
     text: str

@@ -155,6 +155,19 @@ def serving(web: Any, app: cronbase.App, **config: Any) -> Iterator[str]:
         assert not failures, failures
 
 
+def console_errors(opened: Page) -> list[str]:
+    """The list that the page's console errors and uncaught exceptions are appended to."""
+    errors: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    opened.on("console", on_console)
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    return errors
+
+
 # Package scope, not session: Playwright's sync API keeps an event loop marked running on this
 # thread until it stops, and the rest of the suite calls asyncio.run() on it.
 @pytest.fixture(scope="package")
@@ -178,14 +191,7 @@ def page(browser: Browser, dashboard: Dashboard) -> Iterator[Page]:
     context = browser.new_context(base_url=dashboard.url, viewport={"width": 1360, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
     opened = context.new_page()
-    errors: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            errors.append(message.text)
-
-    opened.on("console", on_console)
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    errors = console_errors(opened)
     opened.on("dialog", lambda dialog: dialog.accept())
     yield opened
     context.close()

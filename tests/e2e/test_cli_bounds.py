@@ -181,7 +181,7 @@ def statuses(db: psycopg.Connection[Any]) -> dict[int, str]:
 def test_tick_and_a_burst_worker_keep_the_history_bounded(
     database_url: str, db: psycopg.Connection[Any], command: tuple[str, ...], tmp_path: Path
 ) -> None:
-    """issue 34: the README's crontab line (cronbase tick) ran a burst worker, which never
+    """issue 34: the crontab line of docs/guides/schedules.md (cronbase tick) ran a burst worker, which never
     pruned: a crontab-only deployment kept its history forever."""
     run = recorder(database_url, tmp_path)
     old, recent = (int(run("enqueue", "record", "--payload", f'{{"n": {n}}}')) for n in (1, 2))

@@ -73,7 +73,7 @@ def test_workers_lists_the_live_and_the_gone_with_the_jobs_in_their_hands(
         assert listed["live"]["queues"] is None
         assert "blocking" in listed["live"]["tasks"]
         assert listed["live"]["pid"] == live.pid
-        # The code it runs (README: Rolling deploys): this checkout's version and migrations.
+        # The code it runs (docs/guides/upgrade.md): this checkout's version and migrations.
         assert listed["live"]["schema_version"] == LATEST_VERSION
         assert listed["live"]["version"] == package_version()
         gone = listed["killed"]

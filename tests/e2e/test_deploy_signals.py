@@ -176,7 +176,7 @@ def test_kubernetes_sigterm_then_sigkill_after_the_pod_grace_costs_no_attempt(
 ) -> None:
     """Kubernetes sends SIGTERM, then SIGKILL after ``terminationGracePeriodSeconds`` (30 by
     default) whether or not the pod is gone. With the worker's grace period below the pod's
-    (README: deploying), jobs that outlast it are handed back before the kill comes."""
+    (docs/guides/deploy.md), jobs that outlast it are handed back before the kill comes."""
     options = ("--concurrency", "1", "--shutdown-grace", "2")
     if processes > 1:
         options = ("--processes", str(processes), *options)

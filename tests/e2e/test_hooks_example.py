@@ -1,4 +1,4 @@
-"""examples/hooks.py runs as the README says, and prints what its comments promise."""
+"""examples/hooks.py runs as docs/guides/hooks.md says, and prints what its comments promise."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ committed at once, in a table of the test's; SQL counts them), none is lost and 
 waiting.
 
 A worker of a release before 0016 *starting* against the newer schema refuses (its
-``require_current`` wants exactly its own version): documented (README: Rolling deploys) and
+``require_current`` wants exactly its own version): documented (docs/guides/upgrade.md) and
 checked here; one already running when ``cronbase migrate`` runs keeps working, the rolling-deploy
 case. From 0016 on a worker starts on a newer schema unless a contract migration in it needs newer
 code (tests/integration/test_migrate_contract.py): checked here too.

@@ -130,7 +130,7 @@ def cli(
 @click.pass_obj
 def migrate(settings: Settings, force: bool) -> None:
     """Create or upgrade the cronbase tables. Refuses a contract migration while live workers
-    run code too old for it, naming them (README: Rolling deploys), unless --force."""
+    run code too old for it, naming them (docs/guides/upgrade.md), unless --force."""
     app = settings.app()
     others = _cronbase_schemas(app)
     applied = app.migrate(force=force)

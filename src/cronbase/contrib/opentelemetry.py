@@ -1,8 +1,10 @@
 """OpenTelemetry tracing: a producer span per defer, whose trace context is stored with the job,
 and a consumer span per attempt linked to it (the ``otel`` extra: opentelemetry-api).
 
+```pycon
 >>> from cronbase.contrib.opentelemetry import instrument
 >>> instrument(app)  # doctest: +SKIP
+```
 """
 
 from __future__ import annotations
@@ -193,7 +195,9 @@ def instrument(app: _HasHooks, tracer_provider: trace.TracerProvider | None = No
     global one. Calling it again changes the provider and adds nothing; call it in the
     processes that defer and in those that run workers.
 
+    ```pycon
     >>> instrument(app, tracer_provider=provider)  # doctest: +SKIP
+    ```
     """
     hooks = app.hooks
     tracer = _tracer(tracer_provider)

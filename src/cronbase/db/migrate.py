@@ -113,7 +113,7 @@ def apply_migrations(conn: psycopg.Connection, schema: str, *, force: bool = Fal
     try:
         return _apply(conn, schema, force=force)
     except psycopg.errors.InsufficientPrivilege as exc:
-        # An application role (README: Least privilege) may use the schema, not change it.
+        # An application role (docs/guides/least-privilege.md) may use the schema, not change it.
         raise MigrationError(
             f"cannot migrate schema {schema!r}: {str(exc).strip().splitlines()[0]}; run "
             "`cronbase migrate` as the role that owns the schema (or may create it)"

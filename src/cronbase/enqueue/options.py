@@ -33,7 +33,7 @@ class TaskOptions(TypedDict, total=False):
     max_attempts: int
     lease: DurationLike  # renewed while the handler runs; a killed worker's job returns after it
     retry: Backoff | None  # the backoff between attempts (None: Backoff())
-    timeout: DurationLike | None  # the attempt is cancelled past it (README: Timeouts)
+    timeout: DurationLike | None  # the attempt is cancelled past it (how-jobs-run.md)
     global_concurrency: int | None  # running jobs of the task, fleet-wide
     concurrency_key: str | None  # a template over the payload: "tenant:{tenant_id}"
     key_concurrency: int | None  # running jobs per concurrency key
@@ -71,7 +71,7 @@ class JobBasics:
     max_attempts: int = 20
     lease: timedelta = timedelta(minutes=1)
     # The task's version (@app.task(version=N)): a job deferred for N is claimed only by workers
-    # that have version N or later of its task (README: Rolling deploys).
+    # that have version N or later of its task (docs/guides/upgrade.md).
     version: int = 1
 
 

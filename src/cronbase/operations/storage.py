@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # `cronbase check`'s default: an hour of a busy queue's dead rows (at 1,000 jobs/s, some 14
 # million row versions in the live table) is about what autovacuum can still catch up with
 # once the holder ends; a nightly pg_dump of a large database may take longer and should run on
-# a replica (README, Operations).
+# a replica (docs/guides/operations.md).
 DEFAULT_MAX_XMIN_AGE = timedelta(hours=1)
 HOLDERS_SHOWN = 5
 

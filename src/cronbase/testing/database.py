@@ -87,8 +87,10 @@ def use_database(app: App, url: str, schema: str = "cronbase") -> Iterator[App]:
     """Point ``app`` (its tasks, ``app.jobs``...) at ``schema`` on ``url`` inside the block;
     its own database comes back after, untouched. The schema must be migrated.
 
+    ```pycon
     >>> with use_database(shop.app, test_url, schema):  # doctest: +SKIP
     ...     shop.place_order.defer(order_id=7)
+    ```
 
     The block's sync pool is closed at the end; an async pool opened by ``defer_async`` in it
     belongs to that event loop: use :func:`use_database_async` in async code to close it too.

@@ -59,8 +59,10 @@ def drain(app: App, *, queues: list[str] | None = None) -> Drained:
     """Run every job that is due (of ``queues``; None: all) until none is, and return how each
     attempt ended. Jobs the handlers defer that are due at once run too.
 
+    ```pycon
     >>> cronbase.testing.drain(app)  # doctest: +SKIP
     [DrainedJob(id=1, task='send_invoice', payload={'invoice_id': 812}, outcome='succeeded', ...)]
+    ```
 
     A failed job is due again only after its backoff, so retries with a backoff stay waiting
     (``failed``) for a later drain; with a backoff of a millisecond

@@ -92,7 +92,9 @@ def enqueued(
     """The jobs of ``task`` (a Task or its name; None: any) whose payload holds every given
     key with its value, oldest first.
 
+    ```pycon
     >>> enqueued(app, task=send_invoice, invoice_id=812).assert_one()  # doctest: +SKIP
+    ```
 
     ``status``: 'waiting' (queued or failed, the default), 'any', a status, or several.
     Values are compared as stored (a datetime as its ISO text, so pass either); a key whose

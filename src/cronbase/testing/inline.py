@@ -177,10 +177,12 @@ def _loop_running() -> bool:
 def inline(app: App, *, retries: bool = False) -> Iterator[InlineRun]:
     """Run every job the App's tasks defer at once, in this process, with no database.
 
+    ```pycon
     >>> with cronbase.testing.inline(app) as run:  # doctest: +SKIP
     ...     send_invoice.defer(invoice_id=812)
     >>> run.jobs[0].status  # doctest: +SKIP
     <JobStatus.SUCCEEDED: 'succeeded'>
+    ```
 
     A handler's exception is raised from the ``defer`` call (its job recorded ``failed`` first,
     or ``dead`` with no attempt left). With ``retries=True`` a failed job runs again at once,
