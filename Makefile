@@ -88,7 +88,7 @@ $(DJANGO6_STAMP): pyproject.toml
 	touch $(DJANGO6_STAMP)
 
 screenshots: prerequisites $(STAMP)
-	CRONBASE_SCREENSHOTS=docs/screenshots $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/browser/test_screenshots.py
+	CRONBASE_SCREENSHOTS=docs/screenshots $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/browser/test_screenshots.py tests/browser/test_docs_site.py
 
 # make bench: the benchmark suite (bench/README.md) in its own bench/.venv, with pgqueuer and
 # procrastinate from PyPI. BENCH_ARGS="--quick" for a smoke run.

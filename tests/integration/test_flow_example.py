@@ -1,4 +1,4 @@
-"""examples/flow_control.py runs as the README says, and its limits held."""
+"""examples/flow_control.py runs as its guide says, and its limits held."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The migration-vs-old-workers rule (db/migrate.py, README: Rolling deploys): a migration marked
+"""The migration-vs-old-workers rule (db/migrate.py, docs/guides/upgrade.md): a migration marked
 ``-- contract: workers from NNNN`` is refused while a live worker's code knows less, naming it,
 unless forced; expand migrations (all of today's) never wait for anyone."""
 

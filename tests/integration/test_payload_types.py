@@ -324,7 +324,7 @@ def test_a_worker_decodes_payloads_with_custom_loads(
     assert len(codec.loaded) == 1
 
 
-# -- the README's example ------------------------------------------------------------------------
+# -- the guide's example ---------------------------------------------------------------------------
 
 
 def test_the_example_refuses_a_naive_datetime_and_bills_in_the_handlers_types(

@@ -1,6 +1,6 @@
-"""The stable read interface (README: "Your own SQL"): ``jobs_all`` and ``job_attempts_all``
+"""The stable read interface (docs/guides/database.md, "Your own SQL"): ``jobs_all`` and ``job_attempts_all``
 keep their columns, in order, across releases (one may be added at the end, none renamed or
-dropped), and the README's example queries run as printed."""
+dropped), and the guide's example queries run as printed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import psycopg
 import cronbase
 from tests.conftest import claim_rows
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "database.md"
 
 JOBS_ALL = [
     "id",
@@ -78,12 +78,12 @@ def columns(db: psycopg.Connection[Any], view: str) -> list[str]:
 
 
 def section() -> str:
-    text = README.read_text("utf-8")
-    start = text.index("**Your own SQL: the stable read interface.**")
-    return text[start : text.index("**Supported PostgreSQL versions.**", start)]
+    text = GUIDE.read_text("utf-8")
+    start = text.index("## Your own SQL: the stable read interface")
+    return text[start : text.index("## Supported PostgreSQL versions", start)]
 
 
-def test_the_views_keep_their_columns_and_the_readme_lists_them(
+def test_the_views_keep_their_columns_and_the_guide_lists_them(
     db: psycopg.Connection[Any],
 ) -> None:
     assert columns(db, "jobs_all")[: len(JOBS_ALL)] == JOBS_ALL
@@ -95,7 +95,7 @@ def test_the_views_keep_their_columns_and_the_readme_lists_them(
     assert ", ".join(JOB_ATTEMPTS_ALL) in listed
 
 
-def test_the_readme_queries_run_as_printed(app: cronbase.App, db: psycopg.Connection[Any]) -> None:
+def test_the_guide_queries_run_as_printed(app: cronbase.App, db: psycopg.Connection[Any]) -> None:
     @app.task(queue="mail")
     def send(n: int) -> None: ...
 

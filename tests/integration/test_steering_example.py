@@ -1,4 +1,4 @@
-"""examples/steering.py runs as the README says."""
+"""examples/steering.py runs as its guide says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""examples/workflows.py runs as the README says."""
+"""examples/workflows.py runs as its guide says."""
 
 from __future__ import annotations
 
