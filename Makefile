@@ -1,6 +1,6 @@
 # make demo | make test | make check: each creates .venv first when missing (Python 3.11+ only).
 # The venv is reinstalled when pyproject.toml is newer than its stamp file. make test also needs
-# Debian's chromium, pgbouncer, postgresql-15, iproute2, faketime, patroni and etcd:
+# Debian's chromium, pgbouncer, postgresql-15, iproute2, faketime, patroni, etcd and prometheus:
 # scripts/prerequisites.sh installs them as root (apt-get) when missing, or stops with the
 # command to run.
 

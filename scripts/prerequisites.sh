@@ -12,6 +12,7 @@
 #   patroni        the hosts tier's high-availability cluster of three PostgreSQL 15 nodes,
 #   etcd-server    with one etcd as Patroni's store (etcd-client: etcdctl, to look at it)
 #   etcd-client
+#   prometheus     /usr/bin/promtool: tests/integration/test_monitoring.py checks and unit-tests the alert rules
 set -eu
 
 PG15=/usr/lib/postgresql/15/bin
@@ -36,6 +37,7 @@ need faketime /usr/bin/faketime
 need patroni /usr/bin/patroni /usr/bin/patronictl
 need etcd-server /usr/bin/etcd
 need etcd-client /usr/bin/etcdctl
+need prometheus /usr/bin/promtool
 
 [ -z "$missing" ] && exit 0
 missing=${missing# }
