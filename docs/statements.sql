@@ -1167,6 +1167,37 @@ WITH doomed_done AS (
 )
 SELECT count(*)::integer AS deleted FROM gone;
 
+-- name: queue_demand
+WITH live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now()) AS due,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           min(run_at) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now())
+               AS oldest_due_at,
+           count(*) FILTER (WHERE created_at > now() - %(window)s) AS created,
+           count(*) FILTER (WHERE status IN ('succeeded', 'dead')
+                              AND finished_at > now() - %(window)s) AS finished
+    FROM "cronbase".jobs
+    WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+), history AS (
+    SELECT queue,
+           count(*) FILTER (WHERE created_at > now() - %(window)s) AS created,
+           count(*) FILTER (WHERE status IN ('succeeded', 'dead')) AS finished
+    FROM "cronbase".jobs_history
+    WHERE finished_at > now() - %(window)s
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    GROUP BY queue
+)
+SELECT queue,
+       COALESCE(l.due, 0) AS due,
+       COALESCE(l.running, 0) AS running,
+       extract(epoch FROM now() - l.oldest_due_at)::float8 AS oldest_due_age,
+       COALESCE(l.created, 0) + COALESCE(h.created, 0) AS arrivals,
+       COALESCE(l.finished, 0) + COALESCE(h.finished, 0) AS completions
+FROM live l FULL JOIN history h USING (queue)
+ORDER BY queue;
+
 -- name: queue_overview
 WITH per_status AS (
     SELECT queue, status, count(*) AS n,

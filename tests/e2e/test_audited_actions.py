@@ -62,6 +62,7 @@ READ_ONLY: dict[str, tuple[str, ...]] = {
     "workers": ("workers",),
     "queues list": ("queues", "list"),
     "queues fair": ("queues", "fair"),
+    "queues demand": ("queues", "demand"),
     "schedules list": ("schedules", "list"),
     "effects list": ("effects", "list"),
     "effects show": ("effects", "show", "{effect}"),

@@ -17,6 +17,7 @@ from ..durations import span
 from ..errors import InvalidNameError
 from ..flow import Rate
 from ..job import JobStatus
+from ..operations.demand import DEFAULT_CONCURRENCY, MOST_CONCURRENCY, QueueDemand
 from ..operations.queues import (
     DEFAULT_AGING_STEP,
     FairKey,
@@ -375,6 +376,54 @@ def fair_queue(settings: Settings, name: str | None, limit: int, as_json: bool) 
     out = listed(settings, found, as_json, "no fair keys")
     if out is not None and found:
         out.print(fair_table(found))
+
+
+def demand_table(found: list[QueueDemand]) -> Table:
+    table = Table(title=f"demand (workers of {found[0].concurrency} slots)")
+    table.add_column("queue")
+    for column in ("due", "running", "oldest due", "arrivals/min", "completions/min"):
+        table.add_column(column, justify="right")
+    table.add_column("workers needed", justify="right")
+    for d in found:
+        table.add_row(
+            d.queue,
+            str(d.due),
+            str(d.running),
+            _seconds(d.oldest_due_age),
+            f"{d.arrivals_per_minute:.1f}",
+            f"{d.completions_per_minute:.1f}",
+            str(d.workers_needed),
+        )
+    return table
+
+
+@queues.command("demand")
+@click.option("--queue", "names", multiple=True, help="Only this queue (repeatable).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, MOST_CONCURRENCY),
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="Each worker's concurrency (cronbase worker --concurrency).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def demand_command(
+    settings: Settings, names: tuple[str, ...], concurrency: int, as_json: bool
+) -> None:
+    """Per queue: due and running jobs, the oldest due job's age, arrivals and completions per
+    minute (the last 5 minutes), and the workers needed: ceil((running + due) / concurrency)."""
+    app = settings.app()
+    task_queues = {task.defaults.queue for task in app.tasks.values()}
+    for name in names:  # a typo would otherwise show a queue of zeros
+        try:
+            app.queues.check_used(name, task_queues=task_queues)
+        except InvalidNameError as exc:
+            raise click.UsageError(str(exc)) from None
+    found = app.queues.demand(names or None, concurrency=concurrency)
+    out = listed(settings, found, as_json, "no queue has jobs")
+    if out is not None and found:
+        out.print(demand_table(found))
 
 
 def _queue_switch(verb: str, act: Callable[..., object], done: str, doc: str) -> None:

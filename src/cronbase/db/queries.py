@@ -240,6 +240,7 @@ class Queries:
     insert_audit: bytes
     list_audit: bytes
     queue_overview: bytes
+    queue_demand: bytes
     throughput_by_minute: bytes
     list_long_running: bytes
     requeue_dead_jobs: bytes

@@ -18,7 +18,7 @@ import logging
 import os
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import (
@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from ..errors import ConfigurationError
 from ..job import JobStatus
 from . import stats
+from .demand import QueueDemand, demand, demand_async
 from .storage import Storage, storage, storage_async
 
 if TYPE_CHECKING:
@@ -59,12 +60,14 @@ class DatabaseState:
     overview: stats.Overview | None
     workers: list[Row]
     storage: Storage | None = None
+    # Per queue, the workers of the default concurrency its work in hand needs.
+    demand: list[QueueDemand] = field(default_factory=list)
 
 
 def database_state(db: Database) -> DatabaseState:
     try:
         workers = db.fetch_all(db.queries.list_workers)
-        return DatabaseState(stats.overview(db), workers, storage(db))
+        return DatabaseState(stats.overview(db), workers, storage(db), demand(db))
     except Exception as exc:  # a scrape must answer even when the database does not
         logger.warning("metrics: database unavailable: %s", exc)
         return DatabaseState(None, [])
@@ -74,7 +77,7 @@ async def database_state_async(db: Database) -> DatabaseState:
     try:
         overview = await stats.overview_async(db)
         workers = await db.fetch_all_async(db.queries.list_workers)
-        return DatabaseState(overview, workers, await storage_async(db))
+        return DatabaseState(overview, workers, await storage_async(db), await demand_async(db))
     except Exception as exc:
         logger.warning("metrics: database unavailable: %s", exc)
         return DatabaseState(None, [])
@@ -121,11 +124,19 @@ def database_families(state: DatabaseState) -> Iterator[Metric]:
         oldest.add_metric([q.queue], q.oldest_wait or 0.0)
         paused.add_metric([q.queue], 1 if q.is_paused else 0)
         scheduled.add_metric([q.queue], q.scheduled)
+    needed = GaugeMetricFamily(
+        "cronbase_queue_workers_needed",
+        "Workers of the default concurrency (10) the queue's running and due jobs need: "
+        "ceil((running + due) / 10)",
+        labels=["queue"],
+    )
+    for d in state.demand:
+        needed.add_metric([d.queue], d.workers_needed)
     for w in state.workers:
         heartbeat.add_metric([w["id"]], w["heartbeat_age"])
         overrunning.add_metric([w["id"]], w["overrunning"])
     up.add_metric([], 1)
-    yield from (depth, oldest, paused, scheduled, heartbeat, overrunning, up)
+    yield from (depth, oldest, paused, scheduled, needed, heartbeat, overrunning, up)
     if state.storage is not None:
         yield from storage_families(state.storage)
 

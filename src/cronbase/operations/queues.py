@@ -39,6 +39,7 @@ from ..durations import DurationLike, duration
 from ..errors import ConfigurationError, InvalidNameError
 from ..flow import Aging, Rate, check_limit, check_weight, fair_scope, parse_rate
 from .audited import DEFAULT_ACTOR, Action, perform, perform_async
+from .demand import DEFAULT_CONCURRENCY, DEFAULT_WINDOW, QueueDemand, demand, demand_async
 from .fleet import workers, workers_async
 
 if TYPE_CHECKING:
@@ -297,6 +298,27 @@ class Queues:
         params = {"queue": name, "limit": limit}
         rows = await self.db.fetch_all_async(self.db.queries.list_fair_keys, params)
         return [FairKey.from_row(r) for r in rows]
+
+    def demand(
+        self,
+        queues: Iterable[str] | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        window: timedelta = DEFAULT_WINDOW,
+    ) -> builtins.list[QueueDemand]:
+        """Per queue (``queues``, or every one with jobs), due and running jobs and the workers
+        of ``concurrency`` slots they need, with the arrival and completion rates over
+        ``window`` (operations/demand.py)."""
+        return demand(self.db, queues, concurrency=concurrency, window=window)
+
+    async def demand_async(
+        self,
+        queues: Iterable[str] | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        window: timedelta = DEFAULT_WINDOW,
+    ) -> builtins.list[QueueDemand]:
+        return await demand_async(self.db, queues, concurrency=concurrency, window=window)
 
     def task_limits(self) -> builtins.list[Row]:
         """Each limited task's limits, as its workers last registered them."""

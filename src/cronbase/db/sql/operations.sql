@@ -317,3 +317,41 @@ FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid
 WHERE c.relname = 'jobs' AND c.relkind = 'r'
   AND EXISTS (SELECT FROM pg_class m WHERE m.relnamespace = n.oid AND m.relname = 'migrations')
 ORDER BY 1;
+
+-- name: queue_demand
+-- Per queue, the work in hand an autoscaler sizes the workers by: due jobs (queued or failed,
+-- run_at reached), running jobs, the oldest due job's age, and over the last window the jobs
+-- created (arrivals) and finished as succeeded or dead (completions). Pending, scheduled
+-- (run_at ahead), event-waiting and finished jobs are not work in hand. The live table is read
+-- once (it holds only unfinished jobs and those not yet moved); the history only by finished_at
+-- inside the window (its day partitions and jobs_history_finished_idx), so a poll every 30 s
+-- stays cheap however long the history. The queues parameter: NULL for every queue with rows.
+WITH live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now()) AS due,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           min(run_at) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now())
+               AS oldest_due_at,
+           count(*) FILTER (WHERE created_at > now() - %(window)s) AS created,
+           count(*) FILTER (WHERE status IN ('succeeded', 'dead')
+                              AND finished_at > now() - %(window)s) AS finished
+    FROM {schema}.jobs
+    WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+), history AS (
+    SELECT queue,
+           count(*) FILTER (WHERE created_at > now() - %(window)s) AS created,
+           count(*) FILTER (WHERE status IN ('succeeded', 'dead')) AS finished
+    FROM {schema}.jobs_history
+    WHERE finished_at > now() - %(window)s
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    GROUP BY queue
+)
+SELECT queue,
+       COALESCE(l.due, 0) AS due,
+       COALESCE(l.running, 0) AS running,
+       extract(epoch FROM now() - l.oldest_due_at)::float8 AS oldest_due_age,
+       COALESCE(l.created, 0) + COALESCE(h.created, 0) AS arrivals,
+       COALESCE(l.finished, 0) + COALESCE(h.finished, 0) AS completions
+FROM live l FULL JOIN history h USING (queue)
+ORDER BY queue;
