@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import cronbase
 from cronbase.contrib.opentelemetry import instrument, is_instrumented, uninstrument
+from cronbase.schedule.scheduler import Scheduler
 from tests.e2e.harness import after_inherited, run_example
 
 from ..conftest import SCHEMA
@@ -413,3 +414,67 @@ def test_without_opentelemetry_installed_the_import_error_says_what_to_install()
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "pip install opentelemetry-api" in result.stdout, result.stdout + result.stderr
+
+
+def test_every_job_of_a_chain_links_to_the_send_span_of_its_defer(
+    app: cronbase.App, traced: Traced, db: psycopg.Connection[Any]
+) -> None:
+    @app.task
+    def double(n: int) -> int:
+        return n * 2
+
+    @app.task
+    def add(previous: int, k: int = 1) -> int:
+        return previous + k
+
+    with traced.provider.get_tracer("test").start_as_current_span("checkout") as caller:
+        last = cronbase.chain(double.s(n=3), add.s()).defer()
+    # One defer, one send span for the whole graph, a child of the caller's span.
+    producer = traced.one(SpanKind.PRODUCER)
+    assert producer.parent is not None
+    assert (producer.parent.trace_id, producer.parent.span_id) == (
+        caller.get_span_context().trace_id,
+        caller.get_span_context().span_id,
+    )
+    job_ids = [row[0] for row in db.execute("SELECT id FROM cronbase.jobs_all ORDER BY id")]
+    assert len(job_ids) == 2
+    assert job_ids[-1] == last  # a chain's id is its last job's
+    assert stored(db, job_ids[0]) == stored(db, job_ids[1])
+
+    run_burst(app)  # the second job is queued once the first succeeds, in the same burst
+    assert app.jobs.get(last).status is cronbase.JobStatus.SUCCEEDED
+    assert app.jobs.get(last).result == 7
+    consumers = traced.spans(SpanKind.CONSUMER)
+    assert sorted(str((s.attributes or {})["messaging.message.id"]) for s in consumers) == [
+        str(i) for i in job_ids
+    ]
+    assert all(linked_to(s) == [ids(producer)] for s in consumers)
+    assert all(s.parent is None for s in consumers)
+
+
+@pytest.mark.parametrize("fired_by", ["run_now", "tick"])
+def test_a_job_a_schedule_fires_starts_a_trace_with_no_link(
+    app: cronbase.App, traced: Traced, db: psycopg.Connection[Any], fired_by: str
+) -> None:
+    @app.task
+    def ping() -> None: ...
+
+    app.schedules.add("ping", cron="*/5 * * * *", key="ping")
+    # Even fired inside a span: no defer runs, so no send span and no stored context.
+    with traced.provider.get_tracer("test").start_as_current_span("admin"):
+        if fired_by == "run_now":
+            job_id = app.schedules.run_now("ping")
+        else:
+            slot = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+            db.execute("UPDATE cronbase.schedules SET next_fire_at = %s WHERE key = 'ping'", [slot])
+            scheduler = Scheduler(app.db, app.tasks, app.periodic_schedules)
+            (job_id,) = asyncio.run(scheduler.tick(slot + timedelta(seconds=1)))
+    assert not traced.spans(SpanKind.PRODUCER)
+    assert stored(db, job_id) is None
+
+    run_burst(app)
+    assert app.jobs.get(job_id).status is cronbase.JobStatus.SUCCEEDED
+    consumer = traced.one(SpanKind.CONSUMER)
+    assert consumer.links == ()
+    assert consumer.parent is None
+    assert (consumer.attributes or {})["cronbase.attempt"] == 1
