@@ -332,18 +332,18 @@ WITH live AS (
            count(*) FILTER (WHERE status = 'running') AS running,
            min(run_at) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now())
                AS oldest_due_at,
-           count(*) FILTER (WHERE created_at > now() - %(window)s) AS created,
+           count(*) FILTER (WHERE created_at > now() - %(window)s::interval) AS created,
            count(*) FILTER (WHERE status IN ('succeeded', 'dead')
-                              AND finished_at > now() - %(window)s) AS finished
+                              AND finished_at > now() - %(window)s::interval) AS finished
     FROM {schema}.jobs
     WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
     GROUP BY queue
 ), history AS (
     SELECT queue,
-           count(*) FILTER (WHERE created_at > now() - %(window)s) AS created,
+           count(*) FILTER (WHERE created_at > now() - %(window)s::interval) AS created,
            count(*) FILTER (WHERE status IN ('succeeded', 'dead')) AS finished
     FROM {schema}.jobs_history
-    WHERE finished_at > now() - %(window)s
+    WHERE finished_at > now() - %(window)s::interval
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     GROUP BY queue
 )
