@@ -103,7 +103,13 @@ def test_reference_pages_are_generated(reader: Page) -> None:
 def test_search_finds_a_guide(reader: Page) -> None:
     reader.goto("/")
     reader.locator("label.md-search__icon, .md-search__input").first.click()
-    reader.locator("input.md-search__input").fill("transaction pooler")
+    # Material builds its index in a web worker and drops a query typed before the worker
+    # answers (on a busy machine that is seconds), and it searches on key events, which
+    # fill() does not send: wait for its ready message, then type as a reader does.
+    expect(reader.locator(".md-search-result__meta")).to_have_text(
+        "Type to start searching", timeout=60_000
+    )
+    reader.locator("input.md-search__input").press_sequentially("transaction pooler")
     results = reader.locator(".md-search-result__item")
     expect(results.first).to_be_visible()
     expect(reader.locator(".md-search-result")).to_contain_text("Poolers")
