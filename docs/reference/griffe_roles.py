@@ -25,8 +25,10 @@ _ROLE = re.compile(
 _PUBLIC = ("cronbase", "cronbase.testing")
 
 
-def _lookup(path: str) -> Any:
-    """The object ``path`` names (a module, or attributes of one), or None."""
+def lookup(path: str) -> Any:
+    """The object ``path`` names, found as mkdocstrings does (the longest importable module,
+    then attributes of it: ``cronbase.testing.inline`` is the module, not the function), or None.
+    tests/unit/test_docs_reference.py finds its directives' objects with it too."""
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -46,7 +48,7 @@ def public_path(target: str) -> str | None:
     ``cronbase.Worker``), else None."""
     if not target.startswith("cronbase."):
         return None
-    found = _lookup(target)
+    found = lookup(target)
     if found is None:
         return None
     name = target.rsplit(".", 1)[-1]

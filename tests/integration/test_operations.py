@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
-import urllib.request
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +15,8 @@ import cronbase
 from cronbase.job import JobStatus
 from cronbase.operations import search as admin
 from cronbase.operations.retention import Retention, lock_key, prune, prune_once
+from tests.conftest import wait_for
+from tests.integration.metrics_worker import serving_metrics
 
 NEVER_SOON = cronbase.Backoff(base=timedelta(hours=1), jitter=0)
 
@@ -257,12 +257,6 @@ def test_retention_round_runs_one_worker_at_a_time(
     assert _count(db, "SELECT count(*) FROM cronbase.jobs_all WHERE status = 'cancelled'") == 33_334
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_worker_with_a_busy_metrics_port_fails_before_it_registers_or_starts(
     app: cronbase.App, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -303,34 +297,14 @@ def test_worker_metrics_show_a_known_workload(app: cronbase.App) -> None:
     for _ in range(5):
         ok.defer()
     broken.defer()
-    port = _free_port()
-    worker = app.worker(
-        install_signal_handlers=False, metrics_port=port, poll_interval=timedelta(seconds=0.05)
-    )
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),))
-    thread.start()
-    try:
-
-        def scrape() -> str:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                return str(r.read().decode())
-
-        from tests.conftest import wait_for
+    with serving_metrics(app) as scrape:
 
         def done() -> str | None:
-            try:
-                text = scrape()
-            except OSError:
-                return None
+            text = scrape()
             dead = 'cronbase_jobs_finished_total{queue="emails",status="dead",task="broken"} 1.0'
-            return text if dead in text else None
+            return text if text and dead in text else None
 
         text = wait_for(done, timeout=30, what="the workload in the metrics")
-    finally:
-        loop.call_soon_threadsafe(worker.stop)
-        thread.join(30)
-        loop.close()
     lines = set(text.splitlines())
     assert 'cronbase_jobs_claimed_total{queue="emails",task="ok"} 5.0' in lines
     assert 'cronbase_jobs_claimed_total{queue="emails",task="broken"} 2.0' in lines

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import re
 from collections.abc import Iterator
@@ -29,6 +30,19 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "cronbase"
 REFERENCE = ROOT / "docs" / "reference"
 SNAPSHOT = ROOT / "tests" / "integration" / "schema_snapshot.txt"
+
+
+def _load_extension(path: Path) -> Any:
+    # docs/reference is no package (mkdocs.yml names the extension by its file), so load it by path.
+    spec = importlib.util.spec_from_file_location("griffe_roles", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+griffe_roles = _load_extension(REFERENCE / "griffe_roles.py")
 
 
 def page(name: str) -> str:
@@ -430,18 +444,10 @@ def directives(text: str) -> dict[str, str]:
 
 
 def lookup(path: str) -> Any:
-    """What a directive's path names, found as mkdocstrings does: the longest importable module,
-    then attributes (``cronbase.testing.inline`` is the module, not the function)."""
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            found: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for name in parts[cut:]:
-            found = getattr(found, name)
-        return found
-    raise AssertionError(f"nothing is at {path}")
+    """What a directive's path names, as the reference's griffe extension finds it."""
+    found = griffe_roles.lookup(path)
+    assert found is not None, f"nothing is at {path}"
+    return found
 
 
 def unrendered(module: Any, text: str) -> list[str]:

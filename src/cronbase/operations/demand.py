@@ -11,13 +11,14 @@ busy queue to nothing). The statement is ``queue_demand`` in ``db/sql/operations
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..checks import check_name
 from ..db.database import Row
+from ..db.steps import drive, drive_async
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 DEFAULT_CONCURRENCY = 10  # cronbase worker's default
 MOST_CONCURRENCY = 10_000  # beyond this a figure is a typo, not a worker
 DEFAULT_WINDOW = timedelta(minutes=5)
+
+Step = tuple[bytes, dict[str, Any]]  # a statement and its parameters
 
 
 @dataclass(frozen=True)
@@ -97,11 +100,15 @@ def demand_params(
     return {"queues": names, "window": window}
 
 
-def _build(
-    rows: list[Row], queues: list[str] | None, concurrency: int, window: timedelta
-) -> list[QueueDemand]:
+def _demand(
+    db: Database, queues: Iterable[str] | None, concurrency: int, window: timedelta
+) -> Generator[Step, list[Row], list[QueueDemand]]:
+    """The demand as steps (``db/steps.py``): one ``queue_demand`` read, then its rows as
+    :class:`QueueDemand`, sorted by queue."""
+    params = demand_params(queues, concurrency, window)
+    rows = yield (db.queries.queue_demand, params)
     found = {r["queue"]: QueueDemand.from_row(r, concurrency, window) for r in rows}
-    for name in queues or ():  # a queue asked for with nothing in hand: zero, not absent
+    for name in params["queues"] or ():  # a queue asked for with nothing in hand: zero, not absent
         found.setdefault(name, QueueDemand(name, 0, 0, None, 0.0, 0.0, concurrency))
     return [found[name] for name in sorted(found)]
 
@@ -113,9 +120,9 @@ def demand(
     concurrency: int = DEFAULT_CONCURRENCY,
     window: timedelta = DEFAULT_WINDOW,
 ) -> list[QueueDemand]:
-    params = demand_params(queues, concurrency, window)
-    rows = db.fetch_all(db.queries.queue_demand, params)
-    return _build(rows, params["queues"], concurrency, window)
+    """Per queue (``queues``, or every queue with work in hand), the work and workers it needs."""
+    steps = _demand(db, queues, concurrency, window)
+    return drive(steps, lambda step: db.fetch_all(*step))
 
 
 async def demand_async(
@@ -125,6 +132,6 @@ async def demand_async(
     concurrency: int = DEFAULT_CONCURRENCY,
     window: timedelta = DEFAULT_WINDOW,
 ) -> list[QueueDemand]:
-    params = demand_params(queues, concurrency, window)
-    rows = await db.fetch_all_async(db.queries.queue_demand, params)
-    return _build(rows, params["queues"], concurrency, window)
+    """Async twin of :func:`demand`."""
+    steps = _demand(db, queues, concurrency, window)
+    return await drive_async(steps, lambda step: db.fetch_all_async(*step))

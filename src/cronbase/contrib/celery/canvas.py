@@ -18,7 +18,7 @@ from .arguments import bind, bind_received
 from .current import get_current
 from .result import AsyncResult, GroupResult
 from .settings import warn
-from .task import PRIORITY_WARNING, aware
+from .task import PRIORITY_WARNING, Sendable, aware
 
 if TYPE_CHECKING:
     from .task import Task
@@ -68,7 +68,7 @@ class _Canvas:
         raise NotImplementedError
 
 
-class Signature(_Canvas):
+class Signature(_Canvas, Sendable[AsyncResult]):
     """A task with arguments and options, not yet sent (``task.s(...)``, ``task.si(...)``).
     Calling it runs the task here; ``delay()`` / ``apply_async()`` enqueue it."""
 
@@ -119,9 +119,6 @@ class Signature(_Canvas):
             {**self.options, **options},
             immutable=self.immutable,
         )
-
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
-        return self.apply_async(args, kwargs)
 
     def apply_async(
         self,
@@ -240,7 +237,7 @@ class _Workflow(_Canvas):
         raise NotImplementedError
 
 
-class chain(_Workflow):  # Celery's name
+class chain(_Workflow, Sendable[AsyncResult]):  # Celery's name
     """Tasks one after another, each given the previous result: ``chain(a.s(1), b.s())`` or
     ``a.s(1) | b.s()``. ``apply_async()`` returns the last task's result."""
 
@@ -282,13 +279,10 @@ class chain(_Workflow):  # Celery's name
         first = _first_task(self)
         return AsyncResult(str(built.defer()), first.app)
 
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
-        return self.apply_async(args, kwargs)
-
-    __call__ = delay
+    __call__ = Sendable.delay
 
 
-class group(_Workflow):  # Celery's name
+class group(_Workflow, Sendable[GroupResult]):  # Celery's name
     """Tasks side by side: ``group(a.s(i) for i in range(10))``; its result is a GroupResult
     whose ``get()`` is the list of their results, in order. ``group | task`` is a chord."""
 
@@ -334,13 +328,10 @@ class group(_Workflow):  # Celery's name
         app = _first_task(self).app
         return GroupResult(str(ids[0]), [AsyncResult(str(ids[end - 1]), app) for end in ends])
 
-    def delay(self, *args: Any, **kwargs: Any) -> GroupResult:
-        return self.apply_async(args, kwargs)
-
-    __call__ = delay
+    __call__ = Sendable.delay
 
 
-class chord(_Workflow):  # Celery's name
+class chord(_Workflow, Sendable[AsyncResult]):  # Celery's name
     """A group, then a callback given the list of its results: ``chord(header)(body)`` or
     ``chord(header, body).apply_async()``; the result is the callback's. Error callbacks
     (``link_error``, ``on_error``) are refused: a failed member cancels the callback."""
@@ -385,9 +376,6 @@ class chord(_Workflow):  # Celery's name
         whole = self if body is None else chord(group(self.tasks), body)
         built = whole._with_arguments(args, kwargs).build(False)
         return AsyncResult(str(built.defer()), _first_task(self).app)
-
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
-        return self.apply_async(args, kwargs)
 
     def __call__(self, body: Canvas | None = None, **options: Any) -> AsyncResult:
         return self.apply_async(body=body, **options)

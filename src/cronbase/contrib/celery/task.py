@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ...context import running_job
 from ...errors import Cancel, ConfigurationError
@@ -145,7 +145,27 @@ def _exceptions(name: str, value: object) -> tuple[type[BaseException], ...]:
     return types
 
 
-class Task:
+R = TypeVar("R")  # what sending returns: an AsyncResult, or a group's GroupResult
+
+
+class Sendable(Generic[R]):
+    """Celery's ``delay(*args, **kwargs)``, the short form of ``apply_async(args, kwargs)``, once
+    for a task, a signature and each workflow (each defines ``apply_async``)."""
+
+    def delay(self, *args: Any, **kwargs: Any) -> R:
+        """Enqueue a job: ``add.delay(2, 3)``; positional arguments are stored by name."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> R:
+        raise NotImplementedError
+
+
+class Task(Sendable["AsyncResult"]):
     """A task as Celery's: call it to run it here, ``delay()`` / ``apply_async()`` to enqueue a
     job, ``s()`` / ``si()`` for canvases. Made by ``@app.task`` and ``@shared_task``; a
     ``base=`` class must subclass this one (``app.Task``).
@@ -223,10 +243,6 @@ class Task:
     def request(self) -> Context:
         """The job this task runs as (an empty, ``called_directly`` one outside a worker)."""
         return _request.get(None) or Context(task=self.name)
-
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
-        """Enqueue a job: ``add.delay(2, 3)``; positional arguments are stored by name."""
-        return self.apply_async(args, kwargs)
 
     def apply_async(
         self,
