@@ -1483,6 +1483,13 @@ WITH live AS MATERIALIZED (
 )
 SELECT r.* FROM retried r, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM repended) p;
 
+-- name: schedule_lateness
+SELECT key, CASE WHEN is_paused THEN 0
+                 ELSE greatest(0, extract(epoch FROM now() - next_fire_at)) END::float8
+            AS late_seconds
+FROM "cronbase".schedules
+ORDER BY key;
+
 -- name: schema_exists
 SELECT to_regnamespace(%(schema)s) IS NOT NULL AS found;
 

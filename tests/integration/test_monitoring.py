@@ -8,15 +8,10 @@ that a test could pin), so the dashboard's structure is checked field by field.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shutil
-import socket
 import subprocess
-import threading
-import urllib.request
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +20,7 @@ import yaml
 
 import cronbase
 from tests.conftest import wait_for
+from tests.integration.metrics_worker import serving_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "monitoring"
@@ -113,12 +109,6 @@ def queried_metrics() -> set[str]:
     return {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_monitoring_queries_only_metrics_a_worker_serves(app: cronbase.App) -> None:
     @app.task(queue="emails")
     def ok() -> None:
@@ -128,32 +118,26 @@ def test_monitoring_queries_only_metrics_a_worker_serves(app: cronbase.App) -> N
     def broken() -> None:
         raise RuntimeError("no")
 
+    # A schedule, so the per-schedule family has a sample (the worker declares it at start).
+    @app.periodic(cron="0 3 * * *", key="nightly")
+    @app.task(queue="emails")
+    def nightly() -> None:
+        pass
+
     ok.defer()
     broken.defer()
-    port = _free_port()
-    worker = app.worker(
-        install_signal_handlers=False, metrics_port=port, poll_interval=timedelta(seconds=0.05)
-    )
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),))
-    thread.start()
+    with serving_metrics(app) as scrape:
 
-    def scraped() -> str | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                text = str(r.read().decode())
-        except OSError:
-            return None
-        done = ('status="dead",task="broken"', 'status="succeeded",task="ok"')
-        return text if all(d in text for d in done) else None
+        def scraped() -> str | None:
+            text = scrape()
+            done = (
+                'status="dead",task="broken"',
+                'status="succeeded",task="ok"',
+                'cronbase_schedule_late_seconds{schedule="nightly"}',
+            )
+            return text if text and all(d in text for d in done) else None
 
-    try:
         text = wait_for(scraped, timeout=60, interval=0.1, what="both jobs in the metrics")
-    finally:
-        loop.call_soon_threadsafe(worker.stop)
-        thread.join(60)
-        loop.close()
-    assert not thread.is_alive()
     served = {
         re.sub(r"_(bucket|sum|count|total|created)$", "", line.split("{")[0].split(" ")[0])
         for line in text.splitlines()

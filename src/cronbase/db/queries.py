@@ -221,6 +221,7 @@ class Queries:
     database_now: bytes
     upsert_schedule: bytes
     list_schedules: bytes
+    schedule_lateness: bytes
     get_schedule: bytes
     pause_schedule: bytes
     resume_schedule: bytes

@@ -62,12 +62,15 @@ class DatabaseState:
     storage: Storage | None = None
     # Per queue, the workers of the default concurrency its work in hand needs.
     demand: list[QueueDemand] = field(default_factory=list)
+    # Per schedule key, seconds since its next slot came without being fired.
+    schedules: list[Row] = field(default_factory=list)
 
 
 def database_state(db: Database) -> DatabaseState:
     try:
         workers = db.fetch_all(db.queries.list_workers)
-        return DatabaseState(stats.overview(db), workers, storage(db), demand(db))
+        late = db.fetch_all(db.queries.schedule_lateness)
+        return DatabaseState(stats.overview(db), workers, storage(db), demand(db), late)
     except Exception as exc:  # a scrape must answer even when the database does not
         logger.warning("metrics: database unavailable: %s", exc)
         return DatabaseState(None, [])
@@ -77,7 +80,9 @@ async def database_state_async(db: Database) -> DatabaseState:
     try:
         overview = await stats.overview_async(db)
         workers = await db.fetch_all_async(db.queries.list_workers)
-        return DatabaseState(overview, workers, await storage_async(db), await demand_async(db))
+        late = await db.fetch_all_async(db.queries.schedule_lateness)
+        stored, wanted = await storage_async(db), await demand_async(db)
+        return DatabaseState(overview, workers, stored, wanted, late)
     except Exception as exc:
         logger.warning("metrics: database unavailable: %s", exc)
         return DatabaseState(None, [])
@@ -85,7 +90,7 @@ async def database_state_async(db: Database) -> DatabaseState:
 
 def database_families(state: DatabaseState) -> Iterator[Metric]:
     """Queue depth by queue and status, oldest waiting age, pauses, heartbeat ages, handlers
-    past their timeout."""
+    past their timeout, schedules' lateness."""
     up = GaugeMetricFamily("cronbase_database_up", "1 when the database answered this scrape")
     if state.overview is None:
         up.add_metric([], 0)
@@ -135,8 +140,16 @@ def database_families(state: DatabaseState) -> Iterator[Metric]:
     for w in state.workers:
         heartbeat.add_metric([w["id"]], w["heartbeat_age"])
         overrunning.add_metric([w["id"]], w["overrunning"])
+    late = GaugeMetricFamily(
+        "cronbase_schedule_late_seconds",
+        "Seconds since the schedule's next slot came without being fired (0 while it is ahead, "
+        "and when the schedule is paused): growing means no scheduler runs",
+        labels=["schedule"],
+    )
+    for s in state.schedules:
+        late.add_metric([s["key"]], s["late_seconds"])
     up.add_metric([], 1)
-    yield from (depth, oldest, paused, scheduled, needed, heartbeat, overrunning, up)
+    yield from (depth, oldest, paused, scheduled, needed, heartbeat, overrunning, late, up)
     if state.storage is not None:
         yield from storage_families(state.storage)
 

@@ -29,6 +29,17 @@ RETURNING *;
 -- name: list_schedules
 SELECT * FROM {schema}.schedules ORDER BY key;
 
+-- name: schedule_lateness
+-- The metrics' view of each schedule: how long ago its next slot came without being fired, by
+-- the database's clock (0 while the slot is ahead, and for a paused schedule, whose slots are
+-- skipped on purpose). A running scheduler fires a slot within a tick, so lateness that keeps
+-- growing means no worker with schedule=True and no `cronbase tick` runs.
+SELECT key, CASE WHEN is_paused THEN 0
+                 ELSE greatest(0, extract(epoch FROM now() - next_fire_at)) END::float8
+            AS late_seconds
+FROM {schema}.schedules
+ORDER BY key;
+
 -- name: get_schedule
 SELECT * FROM {schema}.schedules WHERE key = %(key)s;
 
