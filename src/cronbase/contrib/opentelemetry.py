@@ -1,5 +1,7 @@
 """OpenTelemetry tracing: a producer span per defer, whose trace context is stored with the job,
-and a consumer span per attempt linked to it (the ``otel`` extra: opentelemetry-api).
+and a consumer span per attempt linked to it; and metrics beside the Prometheus ones
+(opentelemetry_metrics.py) for teams that ship them over OTLP (the ``otel`` extra:
+opentelemetry-api).
 
 ```pycon
 >>> from cronbase.contrib.opentelemetry import instrument
@@ -12,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import logging
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import propagate, trace
+    from opentelemetry import metrics, propagate, trace
     from opentelemetry.context import Context
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 except ImportError as exc:
@@ -28,8 +31,11 @@ except ImportError as exc:
         "'.[otel]' in its clone)"
     ) from exc
 
+from .opentelemetry_metrics import DatabaseGauges, JobMetrics
+
 if TYPE_CHECKING:
     from ..context import JobContext
+    from ..db.database import Database
     from ..hooks import DeferCall, Hooks
     from ..job import JSONValue
 
@@ -64,12 +70,17 @@ class _HasHooks(Protocol):
     @property
     def hooks(self) -> Hooks: ...
 
+    @property
+    def db(self) -> Database: ...
+
 
 class _Instrumentation:
-    """The two middleware one App gets; holds the tracer so instrument() again can swap it."""
+    """The two middleware one App gets; holds the tracer and the instruments so instrument()
+    again can swap them."""
 
-    def __init__(self, tracer: trace.Tracer) -> None:
+    def __init__(self, tracer: trace.Tracer, job_metrics: JobMetrics) -> None:
         self.tracer = tracer
+        self.metrics = job_metrics
 
     @contextlib.contextmanager
     def send(self, call: DeferCall) -> Iterator[None]:
@@ -96,14 +107,18 @@ class _Instrumentation:
             call.metadata[METADATA_KEY] = otel
         # Current during the insert, so a database instrumentation's span is its child.
         token = otel_context.attach(context)
+        measured = _measured(attributes)
         try:
             yield
         except Exception as exc:
             _failed(span, exc)
+            measured[ERROR_TYPE] = _error_type(exc)
+            self.metrics.sent.add(len(call.payloads), measured)
             raise
         else:
             if len(call.ids) == 1:
                 span.set_attribute(MESSAGING_MESSAGE_ID, str(call.ids[0]))
+            self.metrics.sent.add(len(call.ids), measured)
         finally:
             otel_context.detach(token)
             span.end()
@@ -137,23 +152,45 @@ class _Instrumentation:
             links=links,
         )
         token = otel_context.attach(trace.set_span_in_context(span, parent))
+        measured = _measured(attributes)
+        self.metrics.consumed.add(1, measured)
+        started = time.perf_counter()
         try:
             yield
         except BaseException as exc:
             # BaseException too: an async handler past its timeout sees CancelledError here.
             _failed(span, exc)
+            measured[ERROR_TYPE] = _error_type(exc)
             raise
         finally:
+            self.metrics.duration.record(time.perf_counter() - started, measured)
             otel_context.detach(token)
             span.end()
+
+
+def _error_type(exc: BaseException) -> str:
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
+
+
+# A span's attributes that metrics carry too: the ids (job, worker, attempt) would give every
+# job its own time series.
+_METRIC_ATTRIBUTES = (
+    MESSAGING_SYSTEM,
+    MESSAGING_OPERATION_NAME,
+    MESSAGING_DESTINATION_NAME,
+    CRONBASE_TASK,
+)
+
+
+def _measured(attributes: Mapping[str, str | int]) -> dict[str, str | int]:
+    return {k: attributes[k] for k in _METRIC_ATTRIBUTES}
 
 
 def _failed(span: trace.Span, exc: BaseException) -> None:
     kind = type(exc)
     span.record_exception(exc)
-    span.set_attribute(
-        ERROR_TYPE, f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
-    )
+    span.set_attribute(ERROR_TYPE, _error_type(exc))
     span.set_status(
         Status(StatusCode.ERROR, f"{kind.__name__}: {exc}" if str(exc) else kind.__name__)
     )
@@ -178,42 +215,78 @@ def _stored_context(job: JobContext) -> Context:
 _installed: weakref.WeakKeyDictionary[Hooks, _Instrumentation] = weakref.WeakKeyDictionary()
 
 
-def _tracer(tracer_provider: trace.TracerProvider | None) -> trace.Tracer:
+def _version() -> str | None:
     try:
-        version: str | None = importlib.metadata.version("cronbase")
+        return importlib.metadata.version("cronbase")
     except importlib.metadata.PackageNotFoundError:
-        version = None
-    return trace.get_tracer(__name__, version, tracer_provider, schema_url=SCHEMA_URL)
+        return None
 
 
-def instrument(app: _HasHooks, tracer_provider: trace.TracerProvider | None = None) -> None:
-    """Trace ``app``'s defers and attempts (``app``: a :class:`cronbase.App`).
+def _tracer(tracer_provider: trace.TracerProvider | None) -> trace.Tracer:
+    return trace.get_tracer(__name__, _version(), tracer_provider, schema_url=SCHEMA_URL)
+
+
+def _meter(meter_provider: metrics.MeterProvider | None) -> metrics.Meter:
+    return metrics.get_meter(__name__, _version() or "", meter_provider, schema_url=SCHEMA_URL)
+
+
+# Each App's database gauges, when the last instrument() asked for them.
+_gauges: weakref.WeakKeyDictionary[Hooks, DatabaseGauges] = weakref.WeakKeyDictionary()
+
+
+def instrument(
+    app: _HasHooks,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    *,
+    database_metrics: bool = False,
+) -> None:
+    """Trace and measure ``app``'s defers and attempts (``app``: a :class:`cronbase.App`).
 
     Each defer or defer_many that reaches the database gets a PRODUCER span "send {queue}" whose
     trace context is stored in the jobs' metadata; each attempt a CONSUMER span "process {queue}"
     linked to it, current while the handler runs. Spans go to ``tracer_provider``, else the
-    global one. Calling it again changes the provider and adds nothing; call it in the
+    global one. Calling it again changes the providers and adds nothing; call it in the
     processes that defer and in those that run workers.
+
+    Metrics go to ``meter_provider``, else the global one: the messaging conventions'
+    ``messaging.client.sent.messages``, ``messaging.client.consumed.messages`` and
+    ``messaging.process.duration``. With ``database_metrics=True`` also the database side
+    (queue depth by status, the oldest wait, workers needed, heartbeat ages, schedules'
+    lateness, table sizes, the xmin horizon) as observable gauges named ``cronbase.*``, read
+    from the database at each collection: ask for those in one process only.
 
     ```pycon
     >>> instrument(app, tracer_provider=provider)  # doctest: +SKIP
+    >>> instrument(app, meter_provider=meters, database_metrics=True)  # doctest: +SKIP
     ```
     """
     hooks = app.hooks
     tracer = _tracer(tracer_provider)
+    meter = _meter(meter_provider)
+    # A meter cannot drop an instrument: the gauges of an earlier call go quiet instead.
+    earlier = _gauges.pop(hooks, None)
+    if earlier is not None:
+        earlier.stop()
+    if database_metrics:
+        _gauges[hooks] = DatabaseGauges(meter, app.db)
     installed = _installed.get(hooks)
     if installed is not None:
         installed.tracer = tracer
+        installed.metrics = JobMetrics(meter)
         return
-    installed = _Instrumentation(tracer)
+    installed = _Instrumentation(tracer, JobMetrics(meter))
     hooks.defer_middleware.append(installed.send)
     hooks.job_middleware.append(installed.process)
     _installed[hooks] = installed
 
 
 def uninstrument(app: _HasHooks) -> None:
-    """Stop tracing ``app``; nothing happens when it was not instrumented."""
+    """Stop tracing and measuring ``app``; nothing happens when it was not instrumented."""
     hooks = app.hooks
+    gauges = _gauges.pop(hooks, None)
+    if gauges is not None:
+        gauges.stop()
     installed = _installed.pop(hooks, None)
     if installed is None:
         return
