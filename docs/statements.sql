@@ -547,6 +547,12 @@ WITH done AS (
 )
 SELECT id FROM done UNION ALL SELECT id FROM live;
 
+-- name: delete_gone_workers
+DELETE FROM "cronbase".workers w
+WHERE w.last_seen_at < now() - greatest(%(older_than)s::interval, %(live_within)s::interval)
+AND NOT EXISTS (SELECT FROM "cronbase".jobs j WHERE j.status = 'running' AND j.locked_by = w.id)
+RETURNING w.id;
+
 -- name: drop_history_days
 WITH lock AS MATERIALIZED (
     SELECT CASE WHEN %(wait)s::boolean THEN (SELECT true FROM pg_advisory_xact_lock(%(key)s))
@@ -586,6 +592,40 @@ UNION ALL
 SELECT false, e.status = 'processing' AND e.started_at < now() - %(stale_after)s::interval, e.*
 FROM "cronbase".effects e
 WHERE NOT EXISTS (SELECT FROM ins) AND e.key = %(key)s;
+
+-- name: error_group_ids
+SELECT id
+FROM (SELECT id, task, COALESCE(error_type, '') AS error_type,
+       regexp_replace(
+           regexp_replace(
+               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+               '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>', 'gi'),
+           '[0-9]+', '<n>', 'g') AS message,
+       COALESCE(finished_at, updated_at) AS at
+FROM "cronbase".jobs_all
+WHERE status = %(status)s::text
+ORDER BY id DESC
+LIMIT %(scan)s) newest
+WHERE task = %(task)s::text AND error_type = %(error_type)s::text AND message = %(message)s::text
+ORDER BY id DESC;
+
+-- name: error_groups
+SELECT task, error_type, message, count(*) AS count, max(at) AS newest,
+       (sum(count(*)) OVER ())::bigint AS scanned
+FROM (SELECT id, task, COALESCE(error_type, '') AS error_type,
+       regexp_replace(
+           regexp_replace(
+               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+               '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>', 'gi'),
+           '[0-9]+', '<n>', 'g') AS message,
+       COALESCE(finished_at, updated_at) AS at
+FROM "cronbase".jobs_all
+WHERE status = %(status)s::text
+ORDER BY id DESC
+LIMIT %(scan)s) newest
+GROUP BY task, error_type, message
+ORDER BY count(*) DESC, max(at) DESC, task, message
+LIMIT %(limit)s;
 
 -- name: finish_effect
 UPDATE "cronbase".effects
@@ -684,7 +724,9 @@ WITH beat AS (
     WHERE j.id = b.id AND j.lease_token = b.token
     RETURNING j.id, j.lease_token
 ), seen AS (
-    UPDATE "cronbase".workers SET last_seen_at = now(), overruns = %(overruns)s::jsonb
+    UPDATE "cronbase".workers
+    SET last_seen_at = now(), overruns = %(overruns)s::jsonb,
+        succeeded_jobs = %(succeeded)s, failed_attempts = %(failed)s
     WHERE id = %(worker)s
 )
 SELECT id, lease_token FROM renewed;
@@ -989,6 +1031,13 @@ SELECT k AS key,
            AS locked
 FROM unnest(%(keys)s::text[]) AS k;
 
+-- name: mark_queue_minute
+INSERT INTO "cronbase".queue_minutes (queue, minute)
+SELECT '', date_trunc('minute', now() - interval '70 seconds')
+WHERE pg_try_advisory_xact_lock(%(key)s)
+ON CONFLICT DO NOTHING
+RETURNING minute;
+
 -- name: move_finished_jobs
 WITH lock AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock(%(key)s) AS got
@@ -1122,6 +1171,21 @@ WHERE f.scope LIKE 'key:%%'
        WHERE t.scope = 'task:' || split_part(substr(f.scope, 5), '|', 1)),
       interval '0');
 
+-- name: prune_gone_workers
+WITH lock AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(%(key)s) AS got
+), doomed AS (
+    SELECT w.id FROM "cronbase".workers w
+    WHERE (SELECT got FROM lock) AND w.last_seen_at < now() - greatest(%(older_than)s::interval, %(live_within)s::interval)
+AND NOT EXISTS (SELECT FROM "cronbase".jobs j WHERE j.status = 'running' AND j.locked_by = w.id)
+    ORDER BY w.last_seen_at
+    LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED
+), gone AS (
+    DELETE FROM "cronbase".workers w USING doomed d WHERE w.id = d.id RETURNING 1
+)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
+
 -- name: prune_job_keys
 WITH lock AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock(%(key)s) AS got
@@ -1167,6 +1231,9 @@ WITH doomed_done AS (
 )
 SELECT count(*)::integer AS deleted FROM gone;
 
+-- name: prune_queue_minutes
+DELETE FROM "cronbase".queue_minutes WHERE minute < now() - %(keep)s::interval;
+
 -- name: queue_demand
 WITH live AS (
     SELECT queue,
@@ -1194,9 +1261,18 @@ SELECT queue,
        COALESCE(l.running, 0) AS running,
        extract(epoch FROM now() - l.oldest_due_at)::float8 AS oldest_due_age,
        COALESCE(l.created, 0) + COALESCE(h.created, 0) AS arrivals,
-       COALESCE(l.finished, 0) + COALESCE(h.finished, 0) AS completions
+       COALESCE(l.finished, 0) + COALESCE(h.finished, 0) AS completions,
+       COALESCE(q.is_paused, false) AS is_paused, q.max_running
 FROM live l FULL JOIN history h USING (queue)
+LEFT JOIN "cronbase".queues q ON q.name = queue
 ORDER BY queue;
+
+-- name: queue_minutes
+SELECT queue, minute, due, running, started, waits
+FROM "cronbase".queue_minutes
+WHERE minute >= date_trunc('minute', now() - %(window)s::interval)
+  AND (%(queues)s::text[] IS NULL OR queue = '' OR queue = ANY(%(queues)s::text[]))
+ORDER BY minute, queue;
 
 -- name: queue_overview
 WITH per_status AS (
@@ -1354,9 +1430,9 @@ SELECT count(*) FROM written;
 
 -- name: register_worker
 INSERT INTO "cronbase".workers (id, hostname, pid, queues, concurrency, tasks, supervisor, version,
-                              schema_version)
+                              schema_version, succeeded_jobs, failed_attempts)
 VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s, %(supervisor)s,
-        %(version)s, %(schema_version)s)
+        %(version)s, %(schema_version)s, 0, 0)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: release_jobs
@@ -1483,6 +1559,44 @@ WITH live AS MATERIALIZED (
 )
 SELECT r.* FROM retried r, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM repended) p;
 
+-- name: roll_up_queue_minute
+WITH started AS (
+    SELECT queue, started_at - run_at AS waited
+    FROM "cronbase".jobs
+    WHERE started_at >= %(minute)s AND started_at < %(minute)s + interval '1 minute'
+    UNION ALL
+    SELECT queue, started_at - run_at
+    FROM "cronbase".jobs_history
+    WHERE finished_at >= %(minute)s
+      AND started_at >= %(minute)s AND started_at < %(minute)s + interval '1 minute'
+), counted AS (
+    SELECT queue, width_bucket(extract(epoch FROM waited)::float8, %(bounds)s::float8[]) AS bucket,
+           count(*)::integer AS n
+    FROM started
+    GROUP BY 1, 2
+), waits AS (
+    SELECT q.queue, sum(c.n)::integer AS started,
+           array_agg(COALESCE(c.n, 0) ORDER BY b.bucket) AS waits
+    FROM (SELECT DISTINCT queue FROM counted) q
+    CROSS JOIN generate_series(0, cardinality(%(bounds)s::float8[])) AS b(bucket)
+    LEFT JOIN counted c ON c.queue = q.queue AND c.bucket = b.bucket
+    GROUP BY q.queue
+), live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now())::integer
+               AS due,
+           count(*) FILTER (WHERE status = 'running')::integer AS running
+    FROM "cronbase".jobs
+    WHERE status IN ('queued', 'failed', 'running')
+    GROUP BY queue
+)
+INSERT INTO "cronbase".queue_minutes (queue, minute, due, running, started, waits)
+SELECT queue, %(minute)s, COALESCE(l.due, 0), COALESCE(l.running, 0),
+       COALESCE(w.started, 0), COALESCE(w.waits, '{}')
+FROM live l FULL JOIN waits w USING (queue)
+WHERE COALESCE(l.due, 0) + COALESCE(l.running, 0) + COALESCE(w.started, 0) > 0
+ON CONFLICT (minute, queue) DO NOTHING;
+
 -- name: schedule_lateness
 SELECT key, CASE WHEN is_paused THEN 0
                  ELSE greatest(0, extract(epoch FROM now() - next_fire_at)) END::float8
@@ -1493,6 +1607,27 @@ ORDER BY key;
 -- name: schema_exists
 SELECT to_regnamespace(%(schema)s) IS NOT NULL AS found;
 
+-- name: search_job_ids
+SELECT id FROM "cronbase".jobs_all
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(search)s::text IS NULL
+       OR id::text = %(search)s::text
+       OR idempotency_key = %(search)s::text OR dedupe_key = %(search)s::text
+       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s
+       OR %(contains)s::text IS NOT NULL AND id IN (
+           SELECT n.id
+           FROM (SELECT s.id, s.payload, s.last_error FROM "cronbase".jobs_all s
+                 WHERE (%(status)s::text IS NULL OR s.status = %(status)s::text)
+                   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
+                   AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
+                 ORDER BY s.id DESC
+                 LIMIT %(scan)s) n
+           WHERE n.payload::text ILIKE %(contains)s OR n.last_error ILIKE %(contains)s))
+ORDER BY id DESC
+LIMIT %(limit)s;
+
 -- name: search_jobs
 SELECT * FROM "cronbase".jobs_all
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -1501,7 +1636,16 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(search)s::text IS NULL
        OR id::text = %(search)s::text
        OR idempotency_key = %(search)s::text OR dedupe_key = %(search)s::text
-       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s)
+       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s
+       OR %(contains)s::text IS NOT NULL AND id IN (
+           SELECT n.id
+           FROM (SELECT s.id, s.payload, s.last_error FROM "cronbase".jobs_all s
+                 WHERE (%(status)s::text IS NULL OR s.status = %(status)s::text)
+                   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
+                   AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
+                 ORDER BY s.id DESC
+                 LIMIT %(scan)s) n
+           WHERE n.payload::text ILIKE %(contains)s OR n.last_error ILIKE %(contains)s))
 ORDER BY id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -1719,7 +1863,7 @@ SELECT w.id, w.hostname, w.pid, w.supervisor, w.version, w.schema_version, w.que
        w.last_seen_at > now() - %(live_within)s::interval AS alive,
        COALESCE(r.busy, 0) AS busy,
        COALESCE(r.job_ids, '{}') AS job_ids, COALESCE(r.job_tasks, '{}') AS job_tasks,
-       w.overruns
+       w.overruns, w.succeeded_jobs, w.failed_attempts
 FROM "cronbase".workers w
 LEFT JOIN running r ON r.locked_by = w.id
 ORDER BY bool_or(w.last_seen_at > now() - %(live_within)s::interval)

@@ -341,7 +341,7 @@ def test_jobs_table_reads_relative_times_with_the_absolute_on_hover(
     page.goto("/jobs")
     cells = page.locator(f"tr[data-job='{job_id}'] td")
     finished = cells.nth(7)  # checkbox, id, task, queue, status, attempts, run at, finished
-    expect(finished).to_have_text("2 min 00 s ago")
+    expect(finished).to_have_text("2 min ago")
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", finished.get_attribute("title") or ""
     )

@@ -13,6 +13,7 @@ from collections.abc import Coroutine, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import psycopg
@@ -222,7 +223,7 @@ def test_mounted_under_a_prefix_in_another_app(
 
     page, css, paused = run_in_thread(visit())
     assert page.status_code == 200
-    assert 'href="/ops/jobs?queue=emails"' in page.text
+    assert 'href="/ops/queue?name=emails"' in page.text
     assert 'href="/ops/static/dashboard.css"' in page.text
     assert "Path=/ops/" in page.headers["set-cookie"]
     assert css.status_code == 200
@@ -319,7 +320,7 @@ def test_everything_shown_is_escaped(
     ).fetchone()
     assert row is not None
     job_id = row[0]
-    for path in ("/", f"/jobs/{job_id}", "/jobs"):
+    for path in ("/", f"/jobs/{job_id}", "/jobs", f"/queue?name={quote(hostile)}"):
         html = client.get(path).text
         assert "<script>alert" not in html, path
         assert "&lt;script&gt;alert(" in html, path
@@ -557,9 +558,10 @@ def test_the_workers_page_groups_a_supervisors_processes_under_it(
             'data-worker="w-alone"',
             'data-supervisor="web-1:20"><th',
             'data-worker="w-a"',
-            'data-worker="w-b"',
             'data-supervisor="web-2:30"><th',
             'data-worker="w-c"',
+            # Gone, so folded below the live ones (and counted in its supervisor's line).
+            'data-worker="w-b"',
         )
     ]
     assert order == sorted(order)
@@ -637,7 +639,7 @@ def test_the_jobs_table_shows_times_relative_durations_progress_and_payload(
     done_row = page.split(f'data-job="{done}"')[1].split("</tr>")[0]
     cells = [c.split("</td>")[0] for c in done_row.split("<td")[2:]]  # after the checkbox
     # id, task, queue, status, attempts, run at, finished, took, progress, payload, last error
-    assert cells[6].endswith(">1 min 00 s ago")
+    assert cells[6].endswith(">1 min ago")
     assert ' UTC"' in cells[6]  # the absolute time on hover
     assert cells[7].endswith(">2 min 00 s")
     assert "done@b.c" in cells[9]

@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 import cronbase
 from tests.browser import dashboard_app
-from tests.browser.conftest import REPO, run_burst
+from tests.browser.conftest import REPO, Dashboard, run_burst
+
+LAPTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -43,10 +46,31 @@ def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> tuple[int, int]:
         "UPDATE cronbase.job_attempts SET finished_at = finished_at - (job_id % 40) * "
         "interval '1 minute' WHERE outcome = 'succeeded'"
     )
+    # A finished job's row is in jobs_history (partitioned by day, with a default partition).
+    for table in ("jobs", "jobs_history"):
+        db.execute(
+            f"UPDATE cronbase.{table} SET"
+            " finished_at = finished_at - (id * 7 % 55) * interval '1 minute',"
+            " started_at = started_at - (id * 7 % 55) * interval '1 minute'"
+            "   - (id % 5 + 1) * interval '300 milliseconds',"
+            " run_at = run_at - (id * 7 % 55) * interval '1 minute' - interval '2 seconds',"
+            " created_at = created_at - (id * 7 % 55) * interval '1 minute' - interval '2 seconds'"
+            " WHERE status = 'succeeded'"
+        )
+    # The queue page's hour, as the workers' roll-up writes it (a minute at a time; written
+    # here for the hour at once): a backlog that builds and drains, waits that follow it.
     db.execute(
-        "UPDATE cronbase.jobs SET finished_at = finished_at - (id * 7 % 55) * interval '1 minute',"
-        " started_at = started_at - (id * 7 % 55) * interval '1 minute' - interval '2 seconds'"
-        " WHERE status = 'succeeded'"
+        "INSERT INTO cronbase.queue_minutes (queue, minute, due, running, started, waits)"
+        " SELECT q, date_trunc('minute', now()) - make_interval(mins => m),"
+        "  CASE WHEN q = '' THEN 0 ELSE greatest(0, (400 * sin(m / 9.0))::int) END,"
+        "  CASE WHEN q = '' THEN 0 ELSE 8 + m % 3 END,"
+        "  CASE WHEN q = '' THEN 0 ELSE 180 + (40 * cos(m / 5.0))::int END,"
+        "  CASE WHEN q = '' THEN '{}'::int[] ELSE ARRAY[60, 50, 30, 20, 10, 5,"
+        "   (greatest(0, 400 * sin(m / 9.0)) / 20)::int, (greatest(0, 400 * sin(m / 9.0)) / 40)::int,"
+        "   0, 0, 0, 0, 0, 0] END"
+        " FROM generate_series(2, 62) m, (VALUES (''), ('emails')) v(q)"
+        # A worker of the bursts above may have rolled up a minute already.
+        " ON CONFLICT (minute, queue) DO NOTHING"
     )
     app.schedules.add(
         "build_report",
@@ -89,7 +113,12 @@ def populate(app: cronbase.App, db: psycopg.Connection[Any]) -> tuple[int, int]:
 
 
 def test_screenshots_of_the_main_pages(
-    page: Page, test_app: cronbase.App, db: psycopg.Connection[Any], tmp_path: Path
+    page: Page,
+    browser: Browser,
+    dashboard: Dashboard,
+    test_app: cronbase.App,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
 ) -> None:
     wanted = os.environ.get("CRONBASE_SCREENSHOTS")
     shots = REPO / wanted if wanted else tmp_path
@@ -109,6 +138,14 @@ def test_screenshots_of_the_main_pages(
     expect(page.locator("article.attempt")).to_have_count(2)
     page.screenshot(path=shots / "job.png", full_page=True)
 
+    page.goto("/dead")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+    page.screenshot(path=shots / "dead.png", full_page=True)
+
+    page.goto("/queue?name=emails")
+    expect(page.locator(".queue-charts svg.chart")).to_have_count(3)
+    page.screenshot(path=shots / "queue.png", full_page=True)
+
     page.goto("/schedules")
     expect(page.locator("tr[data-schedule='weekly:sales']")).to_be_visible()
     page.screenshot(path=shots / "schedules.png", full_page=True)
@@ -118,13 +155,29 @@ def test_screenshots_of_the_main_pages(
     page.screenshot(path=shots / "workflow.png", full_page=True)
 
     page.goto("/workers")
-    expect(page.locator("table#workers tbody tr")).to_have_count(2)
+    expect(page.locator("tr[data-worker='web-1:4242:9f1c']")).to_be_visible()
     page.screenshot(path=shots / "workers.png", full_page=True)
 
     page.goto("/scheduled")
     expect(page.locator("table#scheduled tbody tr")).to_have_count(1)
     page.screenshot(path=shots / "scheduled.png", full_page=True)
 
-    names = ("overview", "jobs", "job", "schedules", "workflow", "workers", "scheduled")
+    # The same console on a laptop (1280 px) and on a phone (390 x 844), as issue 37 asked.
+    for name, viewport, path, ready in (
+        ("overview-1280", LAPTOP, "/", "tr[data-queue=emails]"),
+        ("overview-phone", PHONE, "/", "tr[data-queue=emails]"),
+        ("jobs-phone", PHONE, "/jobs", "table.jobs tbody tr >> nth=48"),
+    ):
+        context = browser.new_context(base_url=dashboard.url, viewport=viewport)
+        try:
+            sized = context.new_page()
+            sized.goto(path)
+            expect(sized.locator(ready)).to_be_visible()
+            sized.screenshot(path=shots / f"{name}.png", full_page=True)
+        finally:
+            context.close()
+
+    names = ["overview", "jobs", "job", "schedules", "workflow", "workers", "scheduled"]
+    names += ["overview-1280", "overview-phone", "jobs-phone"]
     for name in names:
         assert (shots / f"{name}.png").stat().st_size > 10_000, name

@@ -58,6 +58,8 @@ def heartbeat(
         "stages": ["stale"],
         "worker": worker,
         "overruns": None,
+        "succeeded": 0,
+        "failed": 0,
     }
     return db.execute(app.queries.heartbeat_jobs, params).fetchall()
 

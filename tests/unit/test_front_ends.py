@@ -20,6 +20,8 @@ FORBIDDEN = {"queries", "fetch_all", "fetch_one", "fetch_all_async", "fetch_one_
 # Not a front end acting: Django's Database adapter, whose reads go through Django's connection
 # inside atomic() (it overrides Database.fetch_all).
 ADAPTERS = {"contrib/django/database.py"}
+# Names that mean something else there: OpenTelemetry's Histogram.record, not the audit writer.
+HOMONYMS = {("contrib/opentelemetry_metrics.py", "record")}
 
 
 def attributes(path: Path) -> list[tuple[int, str]]:
@@ -39,6 +41,6 @@ def test_front_ends_run_no_statement_and_write_no_audit_row(front_end: str) -> N
         f"{path.relative_to(PACKAGE)}:{line} .{name}"
         for path in files
         for line, name in attributes(path)
-        if name in FORBIDDEN
+        if name in FORBIDDEN and (str(path.relative_to(PACKAGE)), name) not in HOMONYMS
     ]
     assert found == [], "front ends act through the library's calls:\n" + "\n".join(found)

@@ -163,7 +163,7 @@ class _Instrumentation:
             measured[ERROR_TYPE] = _error_type(exc)
             raise
         finally:
-            self.metrics.duration.record(time.perf_counter() - started, measured)
+            self.metrics.processed(time.perf_counter() - started, measured)
             otel_context.detach(token)
             span.end()
 

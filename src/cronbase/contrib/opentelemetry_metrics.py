@@ -73,6 +73,10 @@ class JobMetrics:
             description="How long an attempt's handler ran",
         )
 
+    def processed(self, seconds: float, attributes: dict[str, str | int]) -> None:
+        """One attempt's run time (OpenTelemetry's Histogram.record)."""
+        self.duration.record(seconds, attributes)
+
 
 class DatabaseGauges:
     """Observable gauges over :func:`database_families`, read at most once per collection."""

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -21,11 +22,12 @@ from ..app import App
 from ..checks import MAX_KEY_LENGTH, check_key, check_name
 from ..durations import parse_span
 from ..errors import CronbaseError, JobNotFoundError, ScheduleError
+from ..job import JobStatus
 from ..operations.queues import aging_params, limit_params, rate_params
 from .auth import actor
 from .csrf import CsrfTokens
-from .inputs import BIGINT_MAX, field, form, shown, whole_number
-from .pages import job_id_of
+from .inputs import BIGINT_MAX, field, form, search_term, shown, whole_number
+from .pages import GROUPED, SELECT_ALL_MAX, job_id_of, status_of
 from .render import Renderer, is_htmx, query, route_path
 
 
@@ -38,6 +40,7 @@ class Done:
     notice: str
     count: int | None = None
     refused: int | None = None
+    filters: dict[str, str] | None = None  # the list's query to go back to
 
 
 def _optional_number(what: str, value: str) -> int | None:
@@ -68,7 +71,19 @@ class Act(Protocol[T_contra]):
 
 
 BULK_ACTIONS = ("retry", "cancel", "delete")
-BULK_MAX = 500  # a page holds 50; a crafted form gets a bound
+BULK_MAX = 500  # ticked boxes: a page holds 50; a crafted form gets a bound
+GROUP_MESSAGE_MAX = 200  # an error group's headline (error_scan in operations.sql)
+
+# What a bulk action acts on: the list it goes back to, that list's filters, the job ids.
+Chosen = tuple[str, dict[str, Any], list[int]]
+
+
+def _text(found: FormData, name: str) -> str:
+    """A form field's text, surrounding spaces dropped; "" when absent."""
+    value = found.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
 RATE_MAX_LENGTH = 40  # "10000/366 days" is 14
 
 
@@ -88,7 +103,9 @@ class Actions:
         except CronbaseError as exc:  # refused: a job's state, ...
             return self.renderer.error(request, 409, str(exc))
         shown = {"done": done.notice, "count": done.count, "refused": done.refused}
-        url = route_path(request, done.route, **done.params) + query(**shown)
+        url = route_path(request, done.route, **done.params) + query(
+            **(done.filters or {}), **shown
+        )
         if is_htmx(request):
             # A whole new page (htmx would follow a 303 inside its request and keep the URL).
             return Response(status_code=204, headers={"HX-Redirect": url})
@@ -154,6 +171,9 @@ class Actions:
         return await self._on_job(request, self.app.jobs.cancel_async, "cancelled")
 
     async def bulk_jobs(self, request: Request) -> Response:
+        """Retry, cancel or delete many jobs: the ticked ones (``ids``), every job the list's
+        filter matches (``scope=filter``: the server finds them again, at most 10,000), or one
+        group of the dead or failed jobs alike in their error (``scope=group``)."""
         found = await form(request)
         action = found.get("action")
         if action not in BULK_ACTIONS:
@@ -161,12 +181,15 @@ class Actions:
             raise HTTPException(
                 400, f"unknown bulk action {shown_action}; one of: retry, cancel, delete"
             )
-        raw = found.getlist("ids")
-        if not raw:
-            raise HTTPException(400, "select at least one job (the boxes in the first column)")
-        if len(raw) > BULK_MAX:
-            raise HTTPException(400, f"at most {BULK_MAX} jobs at once, got {len(raw)}")
-        ids = sorted({whole_number("a job id", str(value), 1, BIGINT_MAX) for value in raw})
+        scope = found.get("scope") or "ids"
+        chosen = {"ids": self._ticked, "filter": self._matching, "group": self._group}.get(
+            str(scope)
+        )
+        if chosen is None:
+            raise HTTPException(
+                400, f"unknown scope {shown(str(scope))}; one of: ids, filter, group"
+            )
+        route, back, ids = await chosen(found)
 
         many = {
             "retry": self.app.jobs.retry_many_async,
@@ -177,9 +200,68 @@ class Actions:
         async def change(who: str) -> Done:
             bulk = await many(ids, actor=who)
             notice = f"bulk-{action}"
-            return Done("jobs", {}, notice, len(bulk.done), len(bulk.refused))
+            return Done(route, {}, notice, len(bulk.done), len(bulk.refused), back)
 
         return await self._run(request, change)
+
+    async def _ticked(self, found: FormData) -> Chosen:
+        raw = found.getlist("ids")
+        if not raw:
+            raise HTTPException(400, "select at least one job (the boxes in the first column)")
+        if len(raw) > BULK_MAX:
+            raise HTTPException(400, f"at most {BULK_MAX} jobs at once, got {len(raw)}")
+        ids = sorted({whole_number("a job id", str(value), 1, BIGINT_MAX) for value in raw})
+        return "jobs", {}, ids
+
+    async def _matching(self, found: FormData) -> Chosen:
+        """Every job of the posted filter, found again now (not the ids the page showed: the
+        list moved on since), back to that list."""
+        route = _text(found, "list") or "jobs"
+        if route not in ("jobs", "dead"):
+            raise HTTPException(400, f"unknown list {shown(route)}; one of: jobs, dead")
+        status = JobStatus.DEAD if route == "dead" else status_of(_text(found, "status"))
+        queue = _text(found, "queue") or None
+        task = _text(found, "task") or None
+        search = search_term(_text(found, "q"))
+        for what, value in (("queue", queue), ("task", task)):
+            if value is not None and len(value) > MAX_KEY_LENGTH:
+                raise HTTPException(400, f"the {what} {shown(value)} is longer than any")
+        ids = await self.app.jobs.search_ids_async(
+            status=status, queue=queue, task=task, search=search, limit=SELECT_ALL_MAX + 1
+        )
+        if not ids:
+            raise HTTPException(400, "no job matches this filter (any more)")
+        if len(ids) > SELECT_ALL_MAX:
+            raise HTTPException(
+                400,
+                f"this filter matches more than {SELECT_ALL_MAX:,} jobs; narrow it (status, "
+                "queue, task or search) to act on them together",
+            )
+        back = {"queue": queue or "", "task": task or "", "q": search or ""}
+        if route == "jobs":
+            back["status"] = status.value if status else ""
+        return route, back, sorted(ids)
+
+    async def _group(self, found: FormData) -> Chosen:
+        """The jobs of one group of the error table (the same scan as the page's), back to
+        their list."""
+        status = status_of(_text(found, "status"))
+        if status is None or status not in GROUPED:
+            raise HTTPException(400, "the error groups are of dead or failed jobs only")
+        task = _text(found, "task")
+        if not task or len(task) > MAX_KEY_LENGTH:
+            raise HTTPException(400, "the form field 'task' is missing or too long")
+        error_type = _text(found, "error_type")
+        # The headline as the page showed it (at most 200 characters, spaces kept as they are).
+        message = str(found.get("message") or "")
+        if len(error_type) > MAX_KEY_LENGTH or len(message) > GROUP_MESSAGE_MAX:
+            raise HTTPException(400, "the error of a group is at most 200 characters")
+        ids = await self.app.jobs.error_group_ids_async(status, task, error_type, message)
+        if not ids:
+            raise HTTPException(400, "no job is in this group any more")
+        if status is JobStatus.DEAD:
+            return "dead", {}, ids
+        return "jobs", {"status": status.value}, ids
 
     async def requeue_dead(self, request: Request) -> Response:
         # Any text a dead job's task holds (rows written by other code may break today's rules).

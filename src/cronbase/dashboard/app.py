@@ -28,6 +28,7 @@ from .csrf import CsrfCookieMiddleware, CsrfTokens
 from .doors import DoorsMiddleware, allowed_host
 from .middleware import HttpMiddleware
 from .pages import Pages
+from .queue_page import QueuePage
 from .render import Renderer, where
 
 STATIC = Path(__file__).parent / "static"
@@ -127,6 +128,7 @@ def create_app(
     doors = Middleware(DoorsMiddleware, allowed_hosts=hosts)
     pages = Pages(app, renderer, long_running_after=long_running_after, page_size=page_size)
     actions = Actions(app, renderer, CsrfTokens(csrf_secret))
+    queue_page = QueuePage(app, renderer)
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
@@ -138,6 +140,7 @@ def create_app(
         Route("/storage", pages.storage, name="storage"),
         Route("/scheduled", pages.scheduled, name="scheduled"),
         Route("/tasks", pages.tasks, name="tasks"),
+        Route("/queue", queue_page.show, name="queue"),
         Route("/schedules", pages.schedules, name="schedules"),
         Route("/effects", pages.effects, name="effects"),
         Route("/audit", pages.audit, name="audit"),

@@ -136,3 +136,24 @@ FILTERS = {
     "preview": preview,
     "bytes": human_bytes,
 }
+
+
+def ago(moment: datetime | None, now: datetime | None = None) -> str:
+    """Coarse and human: ``12 s ago``, ``21 min ago``, ``3 h ago``, ``2 d ago`` (``in 21 min``
+    ahead); seconds only under a minute, ``now`` under one; empty for None. The exact time goes
+    in the title (``when``)."""
+    if moment is None:
+        return ""
+    gap = (moment - (now or datetime.now(UTC))).total_seconds()
+    whole = int(abs(gap))
+    if whole < 1:
+        return "now"
+    if whole < 60:
+        amount = f"{whole} s"
+    elif whole < 3600:
+        amount = f"{whole // 60} min"
+    elif whole < 86400:
+        amount = f"{whole // 3600} h"
+    else:
+        amount = f"{whole // 86400} d"
+    return f"in {amount}" if gap > 0 else f"{amount} ago"

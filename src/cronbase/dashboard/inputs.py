@@ -60,3 +60,18 @@ def whole_number(what: str, value: str, low: int, high: int) -> int:
             400, f"{what} must be a whole number from {low} to {high}, got {shown(value)}"
         )
     return int(digits)
+
+
+SEARCH_MAX_LENGTH = 200  # longer than any id or key an operator types; a 10 kB paste is refused
+
+
+def search_term(value: str | None) -> str | None:
+    """The job list's search text (surrounding spaces dropped), None when empty; refused when
+    longer than anyone types (the text match reads payloads with it: a pasted megabyte would
+    cost a scan of them all for nothing)."""
+    term = (value or "").strip() or None
+    if term is not None and len(term) > SEARCH_MAX_LENGTH:
+        raise HTTPException(
+            400, f"the search is {len(term)} characters, more than {SEARCH_MAX_LENGTH}"
+        )
+    return term

@@ -20,13 +20,18 @@ from ..operations.metrics import database_metrics_async
 from ..operations.stats import WINDOWS
 from . import filters
 from .charts import throughput_svg
-from .inputs import BIGINT_MAX, whole_number
+from .inputs import BIGINT_MAX, search_term, whole_number
 from .render import Renderer
 
 # The dead page counts dead jobs per task over at most this many of the newest.
 DEAD_TASKS_SCAN = 1000
 LIST_LIMIT = 200  # rows on the effects and audit pages
 PAGE_MAX = 1_000_000
+# "Select all jobs matching this filter" acts on at most this many (the page counts one more, to
+# say "more than"): a retry is a statement per job, in one transaction.
+SELECT_ALL_MAX = 10_000
+# The statuses whose jobs the list groups by error (what an operator retries or clears).
+GROUPED = (JobStatus.DEAD, JobStatus.FAILED)
 
 
 # The busiest fair keys the overview shows (backlog and share; `cronbase queues fair` lists more).
@@ -34,8 +39,12 @@ FAIR_KEYS_SHOWN = 10
 
 
 def _status(request: Request) -> JobStatus | None:
-    value = request.query_params.get("status") or None
-    if value is None:
+    return status_of(request.query_params.get("status"))
+
+
+def status_of(value: str | None) -> JobStatus | None:
+    """A job status from a query or form field; None when empty, a 400 when unknown."""
+    if not value:
         return None
     try:
         return JobStatus(value)
@@ -92,7 +101,7 @@ class Pages:
         params = request.query_params
         queue = params.get("queue") or None
         task = params.get("task") or None
-        search = (params.get("q") or "").strip() or None
+        search = search_term(params.get("q"))
         page = _page(request)
         found = await self.app.jobs.search_async(
             status=status,
@@ -102,8 +111,15 @@ class Pages:
             limit=self.page_size + 1,  # one more, to know whether there is a next page
             offset=(page - 1) * self.page_size,
         )
+        matching = await self.app.jobs.search_ids_async(
+            status=status, queue=queue, task=task, search=search, limit=SELECT_ALL_MAX + 1
+        )
+        groups = await self.app.jobs.error_groups_async(status) if status in GROUPED else None
         queues = await self.app.queues.list_async()
         return {
+            "matching": len(matching),
+            "select_all_max": SELECT_ALL_MAX,
+            "groups": groups,
             "section": section,
             "jobs": found[: self.page_size],
             "has_next": len(found) > self.page_size,
@@ -219,6 +235,10 @@ class Pages:
         context = {
             "section": "workers",
             "workers": found,
+            # Gone ones are folded away below the live ones, last seen first, so a fleet's killed
+            # workers do not pile up in its table (they stay until pruned: Retention(workers=)).
+            "live": [w for w in found if w.alive],
+            "gone": sorted((w for w in found if not w.alive), key=lambda w: w.heartbeat_age),
             "alive": sum(1 for w in found if w.alive),
             "busy": sum(w.busy for w in found if w.alive),
             "slots": sum(w.concurrency for w in found if w.alive),

@@ -111,6 +111,7 @@ class Renderer:
             lstrip_blocks=True,
         )
         env.filters.update(filters.FILTERS)
+        env.filters["ago"] = filters.ago  # coarse: "21 min ago" (relative keeps the seconds)
         env.globals.update(path_for=path_for, query=query, csrf_field=FIELD, where=where)
         self.templates = Jinja2Templates(env=env)
 

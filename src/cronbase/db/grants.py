@@ -111,6 +111,11 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         "ticks": ("SELECT", "DELETE"),
         "lane_claims": ("SELECT", "DELETE"),
         "lanes": ("SELECT",),
+        # Each queue's minutes (migration 0022). SELECT: queue_minutes, mark_queue_minute's
+        #   RETURNING, the WHERE of prune_queue_minutes. INSERT: mark_queue_minute,
+        #   roll_up_queue_minute (ON CONFLICT DO NOTHING needs no UPDATE). DELETE:
+        #   prune_queue_minutes. No UPDATE: a minute is written once.
+        "queue_minutes": ("SELECT", "INSERT", "DELETE"),
     }
 )
 # Sequences a statement calls nextval() on: insert_graph draws a workflow's ids up front, so its

@@ -189,6 +189,10 @@ class Queries:
     unpark_jobs: bytes
     reap_recently_expired_jobs: bytes
     clear_tickets: bytes
+    mark_queue_minute: bytes
+    roll_up_queue_minute: bytes
+    prune_queue_minutes: bytes
+    queue_minutes: bytes
     complete_jobs: bytes
     finish_jobs: bytes
     heartbeat_jobs: bytes
@@ -211,6 +215,8 @@ class Queries:
     connection_room: bytes
     list_workers: bytes
     worker_overview: bytes
+    prune_gone_workers: bytes
+    delete_gone_workers: bytes
     list_scheduled_jobs: bytes
     count_prunable: bytes
     delete_finished_jobs: bytes
@@ -248,6 +254,9 @@ class Queries:
     prune_jobs: bytes
     prune_defaults_exclusive: bytes
     search_jobs: bytes
+    search_job_ids: bytes
+    error_groups: bytes
+    error_group_ids: bytes
     register_task_limits: bytes
     list_task_limits: bytes
     list_limited_queues: bytes

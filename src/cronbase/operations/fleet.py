@@ -1,14 +1,17 @@
 """The workers an operator sees (``cronbase workers``, the dashboard's /workers): who is alive,
-where, run by which supervisor, how busy, serving what, and which jobs are in their hands."""
+where, run by which supervisor, how busy, serving what, what they did, and which jobs are in
+their hands; and the operator's prune of the rows of workers gone for long."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidValueError
 from ..records import Record
+from .audited import Action, perform
 from .stats import LIVE_WITHIN
 
 if TYPE_CHECKING:
@@ -57,6 +60,10 @@ class WorkerInfo(Record):
     jobs: list[tuple[int, str]]
     # Handlers it runs past their timeout (named in its log too).
     overruns: list[Overrun] = field(default_factory=list)
+    # Since it started, as of its last heartbeat: the jobs it finished successfully and its
+    # attempts that failed (to be retried, or dead). None: a release before 0021 (not counted).
+    succeeded_jobs: int | None = None
+    failed_attempts: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WorkerInfo:
@@ -98,3 +105,20 @@ def workers(db: Database) -> list[WorkerInfo]:
 async def workers_async(db: Database) -> list[WorkerInfo]:
     rows = await db.fetch_all_async(db.queries.worker_overview, _params())
     return [WorkerInfo.from_row(r) for r in rows]
+
+
+def prune_workers(db: Database, older_than: timedelta, *, actor: str | None = None) -> list[str]:
+    """Delete the rows of workers not seen for ``older_than`` (never one seen within LIVE_WITHIN:
+    alive) that hold no running job; the ids deleted. Audited (``workers.prune``), as
+    ``cronbase workers prune`` runs it; retention does the same in the background
+    (``Retention(workers=...)``)."""
+    if older_than < timedelta(0):
+        raise InvalidValueError(f"older_than must not be negative, got {older_than}")
+    return perform(db, actor, "workers.prune", "workers", _prune(db, older_than))
+
+
+def _prune(db: Database, older_than: timedelta) -> Action[list[str]]:
+    params = {"older_than": older_than, "live_within": LIVE_WITHIN}
+    rows = yield db.queries.delete_gone_workers, params
+    ids = sorted(str(r["id"]) for r in rows)
+    return ids, {"older_than": str(older_than), "removed": len(ids), "workers": ids}

@@ -255,12 +255,48 @@ class Jobs:
         return count_prunable(self.db, older_than, list(statuses))
 
     def search(self, **filters: Unpack[views.JobSearch]) -> JobList:
-        """Newest first: filtered, and matching ``search`` as a job id or a key (or prefix)
+        """Newest first: filtered, and matching ``search`` as a job id or a key (or prefix), or
+        as text in the payload or last error of the newest 10,000 jobs of the other filters
         (``filters``: :class:`~cronbase.operations.search.JobSearch`)."""
         return views.search_jobs(self.db, **filters)
 
     async def search_async(self, **filters: Unpack[views.JobSearch]) -> JobList:
         return await views.search_jobs_async(self.db, **filters)
+
+    def search_ids(self, **filters: Unpack[views.JobSearch]) -> builtins.list[int]:
+        """The ids of :meth:`search`'s matches, newest first, at most ``limit`` (``offset`` is
+        ignored): what "every job this filter matches" acts on."""
+        return views.search_job_ids(self.db, **filters)
+
+    async def search_ids_async(self, **filters: Unpack[views.JobSearch]) -> builtins.list[int]:
+        """Async twin of :meth:`search_ids`."""
+        return await views.search_job_ids_async(self.db, **filters)
+
+    def error_groups(
+        self, status: JobStatus | str = JobStatus.DEAD, scan: int = views.GROUP_SCAN
+    ) -> views.ErrorGroups:
+        """The newest ``scan`` jobs of ``status`` (dead, or failed and waiting to retry) grouped
+        by task, error class and the first line of the last error, the biggest groups first."""
+        return views.error_groups(self.db, status, scan)
+
+    async def error_groups_async(
+        self, status: JobStatus | str = JobStatus.DEAD, scan: int = views.GROUP_SCAN
+    ) -> views.ErrorGroups:
+        """Async twin of :meth:`error_groups`."""
+        return await views.error_groups_async(self.db, status, scan)
+
+    def error_group_ids(
+        self, status: JobStatus | str, task: str, error_type: str, message: str
+    ) -> builtins.list[int]:
+        """The ids of one group of :meth:`error_groups` (its ``task``, ``error_type`` and
+        ``message``, over the same scan), newest first: to retry or delete them together."""
+        return views.error_group_ids(self.db, status, task, error_type, message)
+
+    async def error_group_ids_async(
+        self, status: JobStatus | str, task: str, error_type: str, message: str
+    ) -> builtins.list[int]:
+        """Async twin of :meth:`error_group_ids`."""
+        return await views.error_group_ids_async(self.db, status, task, error_type, message)
 
     def scheduled(self, **page: Unpack[views.JobPage]) -> JobList:
         """Queued jobs whose run_at is still ahead, soonest first."""

@@ -41,6 +41,7 @@ from ..flow import Aging, Rate, check_limit, check_weight, fair_scope, parse_rat
 from .audited import DEFAULT_ACTOR, Action, perform, perform_async
 from .demand import DEFAULT_CONCURRENCY, DEFAULT_WINDOW, QueueDemand, demand, demand_async
 from .fleet import workers, workers_async
+from .queue_minutes import QueuePoint, minutes, minutes_async
 
 if TYPE_CHECKING:
     from ..db.database import Database
@@ -319,6 +320,27 @@ class Queues:
         window: timedelta = DEFAULT_WINDOW,
     ) -> builtins.list[QueueDemand]:
         return await demand_async(self.db, queues, concurrency=concurrency, window=window)
+
+    def minutes(
+        self,
+        name: str,
+        *,
+        window: timedelta = timedelta(hours=1),
+        step: timedelta = timedelta(minutes=1),
+    ) -> builtins.list[QueuePoint]:
+        """Queue ``name``'s last ``window`` (at most 8 days) in points of ``step``: jobs due and
+        running, attempts started and their pickup waits (p50, p95), as the workers roll them
+        up once a minute (operations/queue_minutes.py). A span no worker rolled up is absent."""
+        return minutes(self.db, name, window, step)
+
+    async def minutes_async(
+        self,
+        name: str,
+        *,
+        window: timedelta = timedelta(hours=1),
+        step: timedelta = timedelta(minutes=1),
+    ) -> builtins.list[QueuePoint]:
+        return await minutes_async(self.db, name, window, step)
 
     def task_limits(self) -> builtins.list[Row]:
         """Each limited task's limits, as its workers last registered them."""

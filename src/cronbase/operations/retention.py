@@ -4,7 +4,8 @@ Finished jobs live in a history partitioned by status and day (migration 0015): 
 makes the days ahead, drops whole days past each status's age (no DELETE, no dead rows to vacuum)
 and deletes row by row only what no whole day covers (a default partition's rows, keys of ended
 windows), one worker at a time (an advisory lock), in short transactions. It also moves the rows
-a previous release finished in place into the history. ``cronbase prune`` does it by hand, to the
+a previous release finished in place into the history, and deletes the rows of workers gone for
+long (``cronbase workers prune`` does that by hand). ``cronbase prune`` does it by hand, to the
 row.
 """
 
@@ -22,6 +23,7 @@ from ..durations import DurationLike, duration, optional_duration
 from ..errors import InvalidValueError
 from ..job import JobStatus
 from .audited import Action, perform
+from .stats import LIVE_WITHIN
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -36,8 +38,9 @@ PRUNABLE = (JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.DEAD)
 
 @dataclass(frozen=True, init=False)
 class Retention:
-    """How long finished jobs are kept; None keeps them forever. Durations are timedeltas or
-    seconds: ``Retention(succeeded=3600, dead=timedelta(days=90))``."""
+    """How long finished jobs (and emitted events, and the rows of gone workers) are kept; None
+    keeps them forever. Durations are timedeltas or seconds:
+    ``Retention(succeeded=3600, dead=timedelta(days=90), workers=timedelta(hours=6))``."""
 
     succeeded: timedelta | None
     cancelled: timedelta | None
@@ -45,6 +48,9 @@ class Retention:
     # Emitted events (app.events.emit): a handler that starts waiting for one after it was
     # pruned waits for a new emission.
     events: timedelta | None
+    # Rows of workers gone (killed, or their host down) for this long, holding no job: the
+    # Workers page lists them folded until then.
+    workers: timedelta | None
     interval: timedelta  # how often a worker looks
 
     def __init__(
@@ -54,6 +60,7 @@ class Retention:
         dead: DurationLike | None = timedelta(days=30),
         events: DurationLike | None = timedelta(days=30),
         interval: DurationLike = timedelta(minutes=5),
+        workers: DurationLike | None = timedelta(days=1),
     ) -> None:
         # Frozen: set once, here, as timedeltas.
         for name, value in (
@@ -61,6 +68,7 @@ class Retention:
             ("cancelled", cancelled),
             ("dead", dead),
             ("events", events),
+            ("workers", workers),
         ):
             object.__setattr__(self, name, optional_duration(f"Retention {name}", value))
         object.__setattr__(
@@ -167,6 +175,10 @@ async def prune_once(pool: AsyncConnectionPool, db: Database, retention: Retenti
     await upkeep.batches(db.queries.prune_job_keys)
     if retention.events is not None:
         await upkeep.batches(db.queries.prune_events_exclusive, older_than=retention.events)
+    if retention.workers is not None:
+        await upkeep.batches(
+            db.queries.prune_gone_workers, older_than=retention.workers, live_within=LIVE_WITHIN
+        )
     if removed:
         logger.info("retention: pruned %d finished jobs", removed)
     return removed

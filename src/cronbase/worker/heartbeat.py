@@ -112,6 +112,8 @@ class Heartbeater:
                         "stages": stages,
                         "worker": self._worker_id,
                         "overruns": _json(overruns(self._ledger)),
+                        "succeeded": self._ledger.succeeded,
+                        "failed": self._ledger.failed,
                     },
                 )
                 renewed = {token for _, token in await cur.fetchall()}

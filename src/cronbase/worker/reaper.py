@@ -5,7 +5,8 @@ another), every ``reap_interval``; database time decides what has expired.
 The same round ages the waiting jobs of queues with priority aging (``app.queues.set_aging``;
 ``age_priorities`` in ``db/sql/jobs.sql`` says the rule): a statement that finds no aging queue
 reads one small table and writes nothing. And it keeps the tickets (``db/sql/tickets.sql``):
-the worker's parked jobs made ready again, what every claim has passed deleted.
+the worker's parked jobs made ready again, what every claim has passed deleted; and it rolls up
+the queues' last minute when its turn comes (``rollup.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..db.database import JIT_OFF
 from ..db.health import FailureLog
 from ..db.queries import lock_key
+from .rollup import QueueRollup
 
 if TYPE_CHECKING:
     import psycopg
@@ -59,6 +61,7 @@ class Reaper:
         # Where the last clearing of tickets and ticks stopped (clear_tickets): the next one
         # starts there, not at what it deleted before (kept, and walked, while the horizon is).
         self._cleared = (0, 0)
+        self._rollup = QueueRollup(db)
 
     async def reap_once(self) -> None:
         q = self._db.queries
@@ -87,6 +90,7 @@ class Reaper:
             if self._tasks is not None:
                 await conn.execute(self._db.queries.unpark_jobs, {"tasks": self._tasks})
             await self.clear_tickets(conn)
+            await self._rollup.maybe_roll_up(conn)
 
     async def clear_tickets(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Delete the tickets, cursor rows and ticks no claim reads again (one worker a round)."""

@@ -246,7 +246,9 @@ SELECT id, status, run_at FROM finished;
 
 -- name: heartbeat_jobs
 -- Extend the leases of the attempts a worker still holds, store their progress, and mark the
--- worker seen, with the handlers it runs past their timeout (%(overruns)s, NULL: none).
+-- worker seen, with the handlers it runs past their timeout (%(overruns)s, NULL: none) and its
+-- totals since it started: jobs succeeded, attempts failed (the Workers page; totals, not
+-- increments, so a renewal that fails and is sent again counts nothing twice).
 -- Attempts (tokens) missing from the result have lost their lease.
 WITH beat AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(progress)s::real[],
@@ -262,7 +264,9 @@ WITH beat AS (
     WHERE j.id = b.id AND j.lease_token = b.token
     RETURNING j.id, j.lease_token
 ), seen AS (
-    UPDATE {schema}.workers SET last_seen_at = now(), overruns = %(overruns)s::jsonb
+    UPDATE {schema}.workers
+    SET last_seen_at = now(), overruns = %(overruns)s::jsonb,
+        succeeded_jobs = %(succeeded)s, failed_attempts = %(failed)s
     WHERE id = %(worker)s
 )
 SELECT id, lease_token FROM renewed;

@@ -221,19 +221,83 @@ WITH /* include: pruner_lock */, succeeded_gone AS (
 ), /* include: forget_jobs */
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
 
--- name: search_jobs
--- The dashboard's job list: filters, a search by id or key (idempotency, dedupe, or a
--- schedule slot), newest first, one page at a time; live and finished jobs.
-SELECT * FROM {schema}.jobs_all
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+-- fragment: job_search_match
+-- The job list's filters (search_jobs, search_job_ids): status, queue, task, and a search term
+-- matched as a job id or a key (exact, or a key's prefix: indexed), or else as text inside the
+-- payload or the last error, case-insensitive, in the newest %(scan)s jobs of the other filters
+-- only: that match reads every payload it looks at, so it is bounded (a big history is never
+-- read whole). %(contains)s is the term as an ILIKE pattern, its own wildcards escaped; NULL
+-- for a whole number, which is a job id only.
+(%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND (%(search)s::text IS NULL
        OR id::text = %(search)s::text
        OR idempotency_key = %(search)s::text OR dedupe_key = %(search)s::text
-       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s)
+       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s
+       OR %(contains)s::text IS NOT NULL AND id IN (
+           SELECT n.id
+           FROM (SELECT s.id, s.payload, s.last_error FROM {schema}.jobs_all s
+                 WHERE (%(status)s::text IS NULL OR s.status = %(status)s::text)
+                   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
+                   AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
+                 ORDER BY s.id DESC
+                 LIMIT %(scan)s) n
+           WHERE n.payload::text ILIKE %(contains)s OR n.last_error ILIKE %(contains)s))
+
+-- name: search_jobs
+-- The dashboard's job list: filters, a search by id or key (idempotency, dedupe, or a
+-- schedule slot) or by text in the newest jobs' payloads and errors, newest first, one page at
+-- a time; live and finished jobs.
+SELECT * FROM {schema}.jobs_all
+WHERE /* include: job_search_match */
 ORDER BY id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: search_job_ids
+-- The ids of search_jobs' matches, newest first, at most %(limit)s: what "select all jobs
+-- matching this filter" counts and acts on (the caller asks one more than it allows, to know
+-- when a filter matches too many).
+SELECT id FROM {schema}.jobs_all
+WHERE /* include: job_search_match */
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- fragment: error_scan
+-- The newest %(scan)s jobs of %(status)s, each with its error's headline: the error class and
+-- the first line of the last error, at most 200 characters, its UUIDs and numbers written <id>
+-- and <n> (the key error_groups groups by): "refused request 812" and "refused request 813" are
+-- one error, as an error tracker's fingerprint would have them.
+SELECT id, task, COALESCE(error_type, '') AS error_type,
+       regexp_replace(
+           regexp_replace(
+               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+               '[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}', '<id>', 'gi'),
+           '[0-9]+', '<n>', 'g') AS message,
+       COALESCE(finished_at, updated_at) AS at
+FROM {schema}.jobs_all
+WHERE status = %(status)s::text
+ORDER BY id DESC
+LIMIT %(scan)s
+
+-- name: error_groups
+-- The dead (or failed) jobs grouped by what went wrong: task, error class and the first line of
+-- the last error, with how many and the newest, over the newest %(scan)s jobs only; scanned:
+-- how many jobs the groups cover (the bound was hit when it equals the scan).
+SELECT task, error_type, message, count(*) AS count, max(at) AS newest,
+       (sum(count(*)) OVER ())::bigint AS scanned
+FROM (/* include: error_scan */) newest
+GROUP BY task, error_type, message
+ORDER BY count(*) DESC, max(at) DESC, task, message
+LIMIT %(limit)s;
+
+-- name: error_group_ids
+-- The ids of one group of error_groups (the same scan), newest first: what a group's "Retry
+-- all" and "Delete all" act on.
+SELECT id
+FROM (/* include: error_scan */) newest
+WHERE task = %(task)s::text AND error_type = %(error_type)s::text AND message = %(message)s::text
+ORDER BY id DESC;
 
 -- name: list_scheduled_jobs
 -- The Scheduled view: queued jobs whose run_at is still ahead, soonest first, a page at a time.
@@ -326,6 +390,7 @@ ORDER BY 1;
 -- once (it holds only unfinished jobs and those not yet moved); the history only by finished_at
 -- inside the window (its day partitions and jobs_history_finished_idx), so a poll every 30 s
 -- stays cheap however long the history. The queues parameter: NULL for every queue with rows.
+-- With each queue its pause and its limit of running jobs (queues), which cap the figure.
 WITH live AS (
     SELECT queue,
            count(*) FILTER (WHERE status IN ('queued', 'failed') AND run_at <= now()) AS due,
@@ -352,6 +417,8 @@ SELECT queue,
        COALESCE(l.running, 0) AS running,
        extract(epoch FROM now() - l.oldest_due_at)::float8 AS oldest_due_age,
        COALESCE(l.created, 0) + COALESCE(h.created, 0) AS arrivals,
-       COALESCE(l.finished, 0) + COALESCE(h.finished, 0) AS completions
+       COALESCE(l.finished, 0) + COALESCE(h.finished, 0) AS completions,
+       COALESCE(q.is_paused, false) AS is_paused, q.max_running
 FROM live l FULL JOIN history h USING (queue)
+LEFT JOIN {schema}.queues q ON q.name = queue
 ORDER BY queue;

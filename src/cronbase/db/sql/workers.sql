@@ -5,16 +5,51 @@
 -- it serves (NULL: all), the tasks it registers, and the supervisor that runs it (host:pid of
 -- `cronbase worker --processes N`; NULL for a worker started on its own), and the code it runs:
 -- the package version and the newest migration it knows (`cronbase migrate` reads the latter
--- before a contract migration).
+-- before a contract migration). Its counts of jobs and failed attempts start at zero (its
+-- heartbeats write them).
 INSERT INTO {schema}.workers (id, hostname, pid, queues, concurrency, tasks, supervisor, version,
-                              schema_version)
+                              schema_version, succeeded_jobs, failed_attempts)
 VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tasks)s, %(supervisor)s,
-        %(version)s, %(schema_version)s)
+        %(version)s, %(schema_version)s, 0, 0)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: unregister_worker
--- A worker that stops cleanly removes itself; a killed one is left to age out.
+-- A worker that stops cleanly removes itself; a killed one's row stays, gone, until retention
+-- prunes it (prune_gone_workers) or an operator does (delete_gone_workers).
 DELETE FROM {schema}.workers WHERE id = %(id)s;
+
+-- fragment: gone_worker
+-- A worker row `w` not seen for %(older_than)s (never less than %(live_within)s: an alive worker
+-- is never gone) whose worker holds no job: a row whose worker still has a running job is kept
+-- while the job is in its hands (until the reaper takes the expired lease back), so the Workers
+-- page can say whose it was. Running jobs only, as worker_overview counts them; their partial
+-- index (jobs_running_lease_idx) holds only running rows.
+w.last_seen_at < now() - greatest(%(older_than)s::interval, %(live_within)s::interval)
+AND NOT EXISTS (SELECT FROM {schema}.jobs j WHERE j.status = 'running' AND j.locked_by = w.id)
+
+-- name: prune_gone_workers
+-- One retention batch of gone workers' rows (operations/retention.py), under the maintenance
+-- lock (one pruner at a time). FOR UPDATE re-checks a row a heartbeat updated meanwhile (a
+-- worker back from a long pause is alive again, and kept); SKIP LOCKED leaves one it is
+-- updating now for the next round. Rows: whether the lock was had, how many went.
+WITH /* include: pruner_lock */, doomed AS (
+    SELECT w.id FROM {schema}.workers w
+    WHERE (SELECT got FROM lock) AND /* include: gone_worker */
+    ORDER BY w.last_seen_at
+    LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.workers w USING doomed d WHERE w.id = d.id RETURNING 1
+)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
+
+-- name: delete_gone_workers
+-- `cronbase workers prune`: every gone worker's row at once (an operator's action, audited; a
+-- fleet leaves few). A row a heartbeat updates meanwhile is checked again, and kept. Rows: the
+-- ids deleted, for the audit row.
+DELETE FROM {schema}.workers w
+WHERE /* include: gone_worker */
+RETURNING w.id;
 
 -- name: list_workers
 -- Live (or lately live) workers, with the age of their last heartbeat by the database's clock.
@@ -51,8 +86,10 @@ ORDER BY v.task, j.queue;
 -- name: worker_overview
 -- Every registered worker with what an operator asks of it: alive (seen within
 -- %(live_within)s), busy slots (its running jobs), the first %(jobs_shown)s jobs in its hands,
--- and the handlers it runs past their timeout (as of its last heartbeat).
--- A killed worker's row stays until it ages out; its running jobs show here until reaped.
+-- the handlers it runs past their timeout, and its jobs succeeded and attempts failed since it
+-- started (those three as of its last heartbeat; the counts NULL: a release before 0021).
+-- A killed worker's row stays, gone, until pruned (prune_gone_workers); its running jobs show
+-- here until reaped.
 -- Grouped by host and supervisor (the processes of one `cronbase worker --processes N` side by
 -- side; workers started on their own form their host's group): groups with a live worker first,
 -- then by host and supervisor; in a group, live workers first, oldest first.
@@ -70,7 +107,7 @@ SELECT w.id, w.hostname, w.pid, w.supervisor, w.version, w.schema_version, w.que
        w.last_seen_at > now() - %(live_within)s::interval AS alive,
        COALESCE(r.busy, 0) AS busy,
        COALESCE(r.job_ids, '{{}}') AS job_ids, COALESCE(r.job_tasks, '{{}}') AS job_tasks,
-       w.overruns
+       w.overruns, w.succeeded_jobs, w.failed_attempts
 FROM {schema}.workers w
 LEFT JOIN running r ON r.locked_by = w.id
 ORDER BY bool_or(w.last_seen_at > now() - %(live_within)s::interval)
