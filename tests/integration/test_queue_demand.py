@@ -196,3 +196,28 @@ def test_the_guide_query_through_pgbouncer_in_transaction_mode(
         with psycopg.connect(pgbouncer_transaction.url("app"), autocommit=True) as conn:
             ((slots,),) = conn.execute(query.encode()).fetchall()
         assert slots == 8
+
+
+def test_a_paused_queue_asks_for_its_running_jobs_only_and_a_limit_caps_it(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    load(db)  # default: 4 due, 4 running; emails: 25 due, 1 running
+
+    def slots() -> dict[str, tuple[int, int]]:
+        found = app.queues.demand(concurrency=1)
+        return {d.queue: (d.desired_slots, d.workers_needed) for d in found}
+
+    assert slots() == {"default": (8, 8), "emails": (26, 26)}
+    app.queues.pause("emails")  # its due jobs wait: no worker may claim them
+    app.queues.set_limit("default", 5)  # at most 5 running at once, however many workers
+    assert slots() == {"default": (5, 5), "emails": (1, 1)}
+    # A limit lowered below what runs now: the running jobs still hold their slots.
+    app.queues.set_limit("default", 2)
+    assert slots()["default"] == (4, 4)
+    (emails,) = app.queues.demand(["emails"])
+    assert (emails.paused, emails.max_running, emails.due) == (True, None, 25)
+    families = {f.name: f for f in database_families(database_state(app.db))}
+    needed = {s.labels["queue"]: s.value for s in families["cronbase_queue_workers_needed"].samples}
+    assert needed == {"default": 1, "emails": 1}
+    app.queues.resume("emails")
+    assert slots()["emails"] == (26, 26)

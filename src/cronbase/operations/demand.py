@@ -1,7 +1,9 @@
 """Queue demand for autoscaling: per queue, the work in hand and the workers it needs.
 
 ``desired_slots = running + due``: the jobs a fleet should be running right now (those it runs,
-and those it could claim). ``workers_needed = ceil(desired_slots / concurrency)``, where
+and those it could claim), where a paused queue's due jobs do not count (no worker may claim
+them) and a queue's ``max_running`` caps it (no more of its jobs may run at once, however many
+workers). ``workers_needed = ceil(desired_slots / concurrency)``, where
 ``concurrency`` is each worker's (10 by default, as ``cronbase worker``'s). Arrival and
 completion rates over the last ``window`` are reported beside it for the operator; they do not
 enter the figure (a backlog is what a scaler should act on, and a rate of 0 must not scale a
@@ -42,10 +44,15 @@ class QueueDemand:
     arrivals_per_minute: float  # jobs created, over the window
     completions_per_minute: float  # jobs finished succeeded or dead, over the window
     concurrency: int
+    paused: bool = False
+    max_running: int | None = None  # the queue's limit of running jobs (set_limit)
 
     @property
     def desired_slots(self) -> int:
-        return self.running + self.due
+        wanted = self.running + (0 if self.paused else self.due)
+        if self.max_running is not None:  # what runs over a lowered limit still needs its slots
+            wanted = min(wanted, max(self.max_running, self.running))
+        return wanted
 
     @property
     def workers_needed(self) -> int:
@@ -62,6 +69,8 @@ class QueueDemand:
             int(row["arrivals"]) / minutes,
             int(row["completions"]) / minutes,
             concurrency,
+            bool(row["is_paused"]),
+            row["max_running"],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -74,6 +83,8 @@ class QueueDemand:
             "arrivals_per_minute": round(self.arrivals_per_minute, 3),
             "completions_per_minute": round(self.completions_per_minute, 3),
             "concurrency": self.concurrency,
+            "paused": self.paused,
+            "max_running": self.max_running,
             "workers_needed": self.workers_needed,
         }
 

@@ -132,7 +132,7 @@ def database_families(state: DatabaseState) -> Iterator[Metric]:
     needed = GaugeMetricFamily(
         "cronbase_queue_workers_needed",
         "Workers of the default concurrency (10) the queue's running and due jobs need: "
-        "ceil((running + due) / 10)",
+        "ceil((running + due) / 10), a paused queue's due jobs left out, at most its max_running",
         labels=["queue"],
     )
     for d in state.demand:
