@@ -1,6 +1,7 @@
 # make demo | make test | make check: each creates .venv first when missing (Python 3.11+ only).
 # The venv is reinstalled when pyproject.toml is newer than its stamp file. make test also needs
-# Debian's chromium, pgbouncer, postgresql-15, iproute2, faketime, patroni, etcd and prometheus:
+# Debian's chromium, pgbouncer, postgresql-15, iproute2, faketime, patroni, etcd, prometheus and
+# nodejs with npm (the SQL interface's Node client, examples/node, from npm):
 # scripts/prerequisites.sh installs them as root (apt-get) when missing, or stops with the
 # command to run.
 
@@ -10,6 +11,10 @@ STAMP = $(VENV)/.cronbase-installed
 # Defined before the rules that depend on them: make expands a rule's prerequisites as it reads.
 DJANGO6_VENV = .venv-django6
 DJANGO6_STAMP = $(DJANGO6_VENV)/.cronbase-installed
+# The Node client the SQL interface's tests run (examples/node: pg from npm, as its lock file
+# pins it), reinstalled when package.json or the lock file is newer than the stamp.
+NODE_EXAMPLES = examples/node
+NODE_STAMP = $(NODE_EXAMPLES)/node_modules/.installed
 
 .PHONY: demo test check docs docs-serve screenshots prerequisites
 
@@ -19,7 +24,7 @@ demo: $(STAMP)
 # make test ends with the figures the hosts tier measured (tests/hosts: partitions, clock skew,
 # Patroni failovers), printed whether it passed or not. The Django 6 tests run in their own venv
 # (Django 6 needs Python 3.12+), made by the DJANGO6_STAMP rule below.
-test: prerequisites $(STAMP) $(DJANGO6_STAMP)
+test: prerequisites $(STAMP) $(DJANGO6_STAMP) $(NODE_STAMP)
 	@summary=$$(mktemp -t cronbase-hosts.XXXXXX); \
 	CRONBASE_HOSTS_SUMMARY=$$summary CRONBASE_DJANGO6_PYTHON=$(CURDIR)/$(DJANGO6_VENV)/bin/python \
 		$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests; \
@@ -45,6 +50,10 @@ docs-serve: $(STAMP)
 
 prerequisites:
 	@sh scripts/prerequisites.sh
+
+$(NODE_STAMP): $(NODE_EXAMPLES)/package.json $(NODE_EXAMPLES)/package-lock.json
+	cd $(NODE_EXAMPLES) && npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
 
 # make hosts: the hosts tier alone (tests/hosts/__init__.py says what each test breaks and
 # checks; about 4 minutes), then its figures; CRONBASE_HOSTS_SCALE=3 make hosts runs more jobs.

@@ -13,6 +13,7 @@
 #   etcd-server    with one etcd as Patroni's store (etcd-client: etcdctl, to look at it)
 #   etcd-client
 #   prometheus     /usr/bin/promtool: tests/integration/test_monitoring.py checks and unit-tests the alert rules
+#   nodejs, npm    node, npm: the SQL interface's tests defer from Node (examples/node, pg from npm)
 set -eu
 
 PG15=/usr/lib/postgresql/15/bin
@@ -38,6 +39,8 @@ need patroni /usr/bin/patroni /usr/bin/patronictl
 need etcd-server /usr/bin/etcd
 need etcd-client /usr/bin/etcdctl
 need prometheus /usr/bin/promtool
+need nodejs /usr/bin/node
+need npm /usr/bin/npm
 
 [ -z "$missing" ] && exit 0
 missing=${missing# }

@@ -511,11 +511,13 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
         assert functions == [
             ("claim_tickets", False),  # FUNCTION_PRIVILEGES grants them
             ("create_history_days", False),
+            ("defer", False),  # INTERFACE_PRIVILEGES: grants ROLE --interface
             ("drop_history_days", False),
             ("history_settled", True),
             ("insert_keyed_job", True),  # 0015's, and 0018's (with a task version)
             ("insert_keyed_job", True),
             ("jobs_ready_again", True),  # 0020's trigger
+            ("json_depth", True),  # defer's depth check (0023)
             ("notify_done", True),
             ("parents_results", True),
             ("repend_dependents", True),
@@ -570,3 +572,47 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             for statement, error in failed.items():
                 assert f"permission denied for function {name}" in error, (statement, error)
         assert permission_failures(roles.app_url) == {}
+
+
+def test_a_role_of_another_language_may_defer_and_nothing_else(roles: Roles) -> None:
+    """`cronbase grants ROLE --interface`: USAGE on the schema and EXECUTE on cronbase.defer,
+    which runs as the owner; no right on any table, so the role reads and changes nothing else."""
+    ok(cronbase(roles.owner_url, "migrate"))
+    printed = ok(cronbase(roles.owner_url, "grants", "app", "--interface")).splitlines()
+    assert printed == [
+        'GRANT USAGE ON SCHEMA "cronbase" TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."defer"(text, jsonb, text, integer, timestamptz,'
+        ' interval, integer, interval, text, text, integer) TO "app";',
+    ]
+    with (
+        psycopg.connect(roles.app_url, autocommit=True) as app,
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="schema cronbase"),
+    ):
+        app.execute("SELECT cronbase.defer('send_email')")  # not even USAGE yet
+    out = ok(cronbase(roles.owner_url, "grants", "app", "--interface", "--apply"))
+    assert "may now defer jobs through cronbase.defer()" in out
+    with psycopg.connect(roles.app_url, autocommit=True) as app:
+        row = app.execute(
+            "SELECT cronbase.defer('send_email', '{\"to\": \"a@b.c\"}', queue => 'emails',"
+            " idempotency_key => 'welcome:1')"
+        ).fetchone()
+        assert row is not None
+        again = app.execute(
+            "SELECT cronbase.defer('send_email', idempotency_key => 'welcome:1')"
+        ).fetchone()
+        assert again == row  # the key's holder, found through job_keys the role cannot read
+        for statement in (
+            "SELECT count(*) FROM cronbase.jobs",
+            "SELECT count(*) FROM cronbase.jobs_all",
+            "UPDATE cronbase.jobs SET priority = 0",
+            "SELECT cronbase.insert_keyed_job('t', 'q', '{}', 1::smallint, now(), 1,"
+            " '1 minute', NULL, NULL, 'k', NULL, NULL, NULL, 'c', NULL)",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute(statement)
+        # Its checks hold as the owner's: a bad name is refused, naming it.
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="'bad name'"):
+            app.execute("SELECT cronbase.defer('bad name')")
+    with psycopg.connect(roles.owner_url, autocommit=True) as owner:
+        jobs = owner.execute("SELECT task, queue, payload FROM cronbase.jobs").fetchall()
+    assert jobs == [("send_email", "emails", {"to": "a@b.c"})]

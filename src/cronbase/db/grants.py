@@ -135,6 +135,15 @@ FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxy
         "claim_tickets(text, integer, text[], text[])": ("EXECUTE",),
     }
 )
+# The SQL interface (migration 0023, docs/reference/sql.md): what a role of another language is
+# granted to enqueue (`cronbase grants ROLE --interface`), and all it is granted. The functions
+# run as the schema's owner (SECURITY DEFINER) with their own checks; PUBLIC may not execute them.
+INTERFACE_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxyType(
+    {
+        "defer(text, jsonb, text, integer, timestamptz, interval, integer, interval, text, text,"
+        " integer)": ("EXECUTE",),
+    }
+)
 # Not granted, on purpose:
 # - other sequences: job_attempts and audit_log ids are identity columns, whose sequences an
 #   INSERT advances without any privilege on them (the test checks no other sequence exists);
@@ -171,8 +180,9 @@ def check_role_name(role: str) -> str:
     return role
 
 
-def grant_statements(schema: str, role: str) -> list[sql.Composed]:
-    """The statements, in order: USAGE on the schema, then each table's privileges.
+def grant_statements(schema: str, role: str, *, interface: bool = False) -> list[sql.Composed]:
+    """The statements, in order: USAGE on the schema, then each table's privileges; with
+    ``interface``, USAGE and EXECUTE on the SQL interface's functions only.
 
     >>> [s.as_string(None) for s in grant_statements("cronbase", "app")][:2]
     ['GRANT USAGE ON SCHEMA "cronbase" TO "app"', 'GRANT SELECT ON TABLE "cronbase"."migrations" TO "app"']
@@ -184,6 +194,8 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
         ("SEQUENCE", SEQUENCE_PRIVILEGES),
         ("FUNCTION", FUNCTION_PRIVILEGES),
     ]
+    if interface:
+        granted = [("FUNCTION", INTERFACE_PRIVILEGES)]
     for kind, objects in granted:
         for name, privileges in objects.items():
             name, paren, signature = name.partition("(")  # a function's argument types
@@ -199,9 +211,10 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
     return statements
 
 
-def render_grants(schema: str, role: str) -> list[str]:
+def render_grants(schema: str, role: str, *, interface: bool = False) -> list[str]:
     """The statements as SQL text, one per line, each ending with ``;`` (ready for psql)."""
-    return [f"{statement.as_string(None)};" for statement in grant_statements(schema, role)]
+    found = grant_statements(schema, role, interface=interface)
+    return [f"{statement.as_string(None)};" for statement in found]
 
 
 def require_role(conn: psycopg.Connection[Any], role: str) -> None:
@@ -240,12 +253,14 @@ def require_owner(conn: psycopg.Connection[Any], schema: str) -> None:
         )
 
 
-def apply_grants(conn: psycopg.Connection[Any], schema: str, role: str) -> list[str]:
+def apply_grants(
+    conn: psycopg.Connection[Any], schema: str, role: str, *, interface: bool = False
+) -> list[str]:
     """Run the grants on ``conn``, the schema owner's, in one transaction; returns them as SQL
     text. The role must exist and the schema be migrated (to this code's version) first.
     Idempotent: run it again after an upgrade's migrations.
     """
-    statements = grant_statements(schema, role)
+    statements = grant_statements(schema, role, interface=interface)
     require_role(conn, role)
     require_owner(conn, schema)
     migrate.require_current(conn, schema)

@@ -18,17 +18,18 @@ class Grants:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def statements(self, role: str) -> list[str]:
-        """The GRANT statements ``role`` needs, as SQL text (the role must exist)."""
+    def statements(self, role: str, *, interface: bool = False) -> list[str]:
+        """The GRANT statements ``role`` needs, as SQL text (the role must exist); with
+        ``interface``, those of a role that only uses the SQL interface (another language's)."""
         with self.db.connect(application_name="cronbase-grants") as conn:
             require_role(conn, role)
-        return render_grants(self.db.schema, role)
+        return render_grants(self.db.schema, role, interface=interface)
 
-    def apply(self, role: str, *, actor: str | None = None) -> list[str]:
+    def apply(self, role: str, *, interface: bool = False, actor: str | None = None) -> list[str]:
         """Run them (this App's URL must be the schema owner's), audited as ``role.grant`` in
         the same transaction; returns them."""
         with self.db.connect(application_name="cronbase-grants") as conn, conn.transaction():
-            applied = apply_grants(conn, self.db.schema, role)
+            applied = apply_grants(conn, self.db.schema, role, interface=interface)
             detail = {"statements": applied}
             conn.execute(
                 self.db.queries.insert_audit,
