@@ -3,6 +3,7 @@ psycopg pools that survive a server restart, and how every connection reads json
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -158,6 +159,17 @@ def connection_kwargs(
     kwargs.update(from_url)
     kwargs.update(options)
     return bare, kwargs
+
+
+def raise_if_cancelled() -> None:
+    """Raise CancelledError when the current task was cancelled but the cancel never reached
+    it. psycopg_pool absorbs a cancel that arrives while a checked connection is handed out
+    (psycopg#1401, seen with 3.3.3): a background loop that took a connection then runs on,
+    and a stopping worker waits on it (a retention round's sleep, 5 minutes). Each loop that
+    runs until cancelled calls this after each round."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def read_json_tolerantly(context: AdaptContext) -> None:

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..db.outage import first_failure
+from ..db.pool import raise_if_cancelled
 from ..durations import DurationLike, duration, optional_duration
 from ..errors import InvalidValueError
 from ..job import JobStatus
@@ -270,4 +271,5 @@ async def run_retention(pool: AsyncConnectionPool, db: Database, retention: Rete
             if not failing:  # once per run of failures, not every round
                 first_failure("retention", exc, "retention round failed (%s); retrying next round")
             failing = True
+        raise_if_cancelled()  # a stop that psycopg_pool absorbed mid-round
         await asyncio.sleep(retention.interval.total_seconds())

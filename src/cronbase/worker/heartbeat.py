@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..db.health import FailureLog
+from ..db.pool import raise_if_cancelled
 from .attempts import IDLE_LEASE
 from .claim import ClaimedJob
 
@@ -89,6 +90,7 @@ class Heartbeater:
                 # run a second time elsewhere while this worker still runs it. Logged once per
                 # run of failures; the next beat is the retry.
                 failures.failed(exc)
+            raise_if_cancelled()  # a stop that psycopg_pool absorbed mid-beat
             last_beat = loop.time()
 
     async def beat(self) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..db.database import JIT_OFF
 from ..db.health import FailureLog
+from ..db.pool import raise_if_cancelled
 from ..db.queries import lock_key
 from .rollup import QueueRollup
 
@@ -113,3 +114,4 @@ class Reaper:
                 failures.failed(exc)
             else:
                 failures.succeeded()
+            raise_if_cancelled()  # a stop that psycopg_pool absorbed mid-round
