@@ -513,6 +513,22 @@ SELECT current_setting('max_connections')::int AS max_connections,
          + COALESCE(current_setting('reserved_connections', true)::int, 0) AS reserved,
        (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS in_use;
 
+-- name: count_error_scan_by_task
+SELECT task, count(*) AS count
+FROM (SELECT id, task, COALESCE(error_type, '') AS error_type,
+       regexp_replace(
+           regexp_replace(
+               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+               '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>', 'gi'),
+           '[0-9]+', '<n>', 'g') AS message,
+       COALESCE(finished_at, updated_at) AS at
+FROM "cronbase".jobs_all
+WHERE status = %(status)s::text
+ORDER BY id DESC
+LIMIT %(scan)s) newest
+GROUP BY task
+ORDER BY task;
+
 -- name: count_jobs_by_status
 SELECT queue, status, count(*) AS count FROM "cronbase".jobs_all GROUP BY queue, status
 ORDER BY queue, status;
@@ -522,6 +538,28 @@ SELECT status, count(*) AS n FROM "cronbase".jobs_all
 WHERE status = ANY (%(statuses)s::text[]) AND finished_at < now() - %(older_than)s::interval
 GROUP BY status
 ORDER BY status;
+
+-- name: count_search_jobs
+SELECT count(*) AS count FROM (
+    SELECT 1 FROM "cronbase".jobs_all
+    WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(search)s::text IS NULL
+       OR id::text = %(search)s::text
+       OR idempotency_key = %(search)s::text OR dedupe_key = %(search)s::text
+       OR idempotency_key LIKE %(prefix)s OR dedupe_key LIKE %(prefix)s
+       OR %(contains)s::text IS NOT NULL AND id IN (
+           SELECT n.id
+           FROM (SELECT s.id, s.payload, s.last_error FROM "cronbase".jobs_all s
+                 WHERE (%(status)s::text IS NULL OR s.status = %(status)s::text)
+                   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
+                   AND (%(task)s::text IS NULL OR s.task = %(task)s::text)
+                 ORDER BY s.id DESC
+                 LIMIT %(scan)s) n
+           WHERE n.payload::text ILIKE %(contains)s OR n.last_error ILIKE %(contains)s))
+    LIMIT %(limit)s
+) matching;
 
 -- name: create_history_days
 WITH lock AS MATERIALIZED (
@@ -728,8 +766,11 @@ WITH beat AS (
     SET last_seen_at = now(), overruns = %(overruns)s::jsonb,
         succeeded_jobs = %(succeeded)s, failed_attempts = %(failed)s
     WHERE id = %(worker)s
+    RETURNING 1
 )
-SELECT id, lease_token FROM renewed;
+SELECT id, lease_token FROM renewed
+UNION ALL
+SELECT NULL, NULL WHERE NOT EXISTS (SELECT FROM seen);
 
 -- name: history_span
 SELECT (min(day) AT TIME ZONE 'UTC')::date AS first, (max(day) AT TIME ZONE 'UTC')::date AS last

@@ -666,6 +666,113 @@ def test_bulk_actions_refuse_bad_forms_with_one_line(
     assert audit_rows(db) == []
 
 
+def visit(app: cronbase.App, *paths: str) -> list[str]:
+    """Pages of the dashboard of ``app``, in-process (so a test can spy on the library), on one
+    loop that closes ``app``'s async pools after."""
+    web = create_app(app)
+
+    async def get_all() -> list[str]:
+        transport = httpx.ASGITransport(app=web, client=("127.0.0.1", 50000))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+                answers = [await http.get(path) for path in paths]
+        finally:
+            await app.aclose()
+        for path, answer in zip(paths, answers, strict=True):
+            assert answer.status_code == 200, (path, answer.text[:300])
+        return [answer.text for answer in answers]
+
+    return run_in_thread(get_all())
+
+
+def test_the_job_list_counts_its_matches_bounded_and_reads_no_ids_until_asked(
+    test_app: cronbase.App, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronbase.dashboard import pages
+    from cronbase.operations import search
+
+    def no_ids(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a page read the ids of every match only to count them")
+
+    monkeypatch.setattr(search, "search_job_ids_async", no_ids)
+    monkeypatch.setattr(pages, "SELECT_ALL_MAX", 5)  # acts on 5 at most; counts 6 at most
+    counted: list[int] = []
+    count = search.count_search_jobs_async
+
+    async def spy(db: Any, **filters: Any) -> int:
+        counted.append(found := await count(db, **filters))
+        return found
+
+    monkeypatch.setattr(search, "count_search_jobs_async", spy)
+    for n in range(4):
+        test_app.tasks["send_email"].configure(queue="few").defer(to=f"u{n}@x.y")
+    for n in range(9):
+        test_app.tasks["send_email"].configure(queue="many").defer(to=f"v{n}@x.y")
+    few, many, exactly = visit(test_app, "/jobs?queue=few", "/jobs?queue=many", "/jobs?q=u3@")
+    assert "select all 4 jobs matching this filter" in few
+    assert "select all more than 5 jobs matching this filter" in many
+    assert "narrow the filter" in many
+    assert "select all 1 jobs matching this filter" in exactly
+    # The 9 of "many" were counted to one past the bound, no further.
+    assert counted == [4, 6, 1]
+
+
+def test_the_dead_page_counts_each_tasks_dead_jobs_from_the_error_groups(
+    test_app: cronbase.App, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronbase.operations import search
+
+    flaky = test_app.tasks["flaky"]
+    ids = [flaky.defer(n=n) for n in range(6)]
+    run_burst(test_app)
+    assert {status_of(db, i) for i in ids} == {"dead"}
+    # Two tasks, three errors: flaky's refusal (3) and its timeout (1), send_email's (2).
+    db.execute(
+        "UPDATE cronbase.jobs_history SET error_type = 'TimeoutError',"
+        " last_error = 'TimeoutError: payment service timed out' WHERE id = %s",
+        [ids[0]],
+    )
+    db.execute(
+        "UPDATE cronbase.jobs_history SET task = 'send_email', error_type = 'SMTPError',"
+        " last_error = 'SMTPError: mailbox full' WHERE id = ANY(%s)",
+        [ids[1:3]],
+    )
+    limits: list[int] = []
+    rows = search.search_jobs_async
+
+    async def spy_rows(db: Any, **filters: Any) -> Any:
+        limits.append(filters["limit"])
+        return await rows(db, **filters)
+
+    by_task: list[str] = []
+    count_by_task = search.count_error_scan_by_task_async
+
+    async def spy_count(*args: Any) -> dict[str, int]:
+        by_task.append("counted")
+        return await count_by_task(*args)
+
+    monkeypatch.setattr(search, "search_jobs_async", spy_rows)
+    monkeypatch.setattr(search, "count_error_scan_by_task_async", spy_count)
+
+    def per_task(page: str) -> dict[str, int]:
+        table = page.split('<section class="requeue">')[1].split("</section>")[0]
+        found = re.findall(r'<tr data-task="([^"]+)">.*?<td class="num">(\d+)</td>', table, re.S)
+        return {task: int(n) for task, n in found}
+
+    expected = {"flaky": 4, "send_email": 2}
+    [page] = visit(test_app, "/dead")
+    assert per_task(page) == expected
+    # The groups gave them: no whole rows but the page's own, and no count by task.
+    assert limits == [51]
+    assert by_task == []
+    # When the groups returned leave some out (more than error_groups returns: 2 here), a
+    # count by task over the same scan gives them, as exactly.
+    monkeypatch.setattr(search, "GROUPS_SHOWN", 2)
+    [page] = visit(test_app, "/dead")
+    assert per_task(page) == expected
+    assert by_task == ["counted"]
+
+
 def test_the_tasks_page_shows_rates_failures_and_durations_per_window(
     client: httpx.Client, db: psycopg.Connection[Any]
 ) -> None:

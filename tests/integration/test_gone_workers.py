@@ -137,3 +137,57 @@ def test_a_workers_heartbeats_write_its_jobs_done_and_attempts_failed(
         worker.stop()
         thread.join(60)
     assert not thread.is_alive()
+
+
+def test_a_running_worker_whose_row_was_deleted_is_registered_again_by_its_heartbeat(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    """A worker cut off for a day has its row pruned (Retention(workers=), `cronbase workers
+    prune`) while it still runs; its next heartbeat finds no row to update and registers it
+    again, with what it registered at start, so the Workers page shows it before it restarts."""
+    release = threading.Event()
+
+    # A held job with a short lease: beats every 0.2 s (a third of it), not every 10 s idle.
+    @app.task(lease=timedelta(milliseconds=600))
+    def held() -> None:
+        release.wait(30)
+
+    job_id = held.defer()
+    worker = app.worker(
+        install_signal_handlers=False,
+        retention=None,
+        schedule=False,
+        queues=["default"],
+        concurrency=3,
+    )
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
+    thread.start()
+
+    def registered() -> tuple[Any, ...] | None:
+        return db.execute(
+            "SELECT hostname, pid, queues, concurrency, tasks, supervisor, version,"
+            " schema_version FROM cronbase.workers WHERE id = %s",
+            [worker.id],
+        ).fetchone()
+
+    def running() -> bool:
+        found = db.execute(
+            "SELECT locked_by FROM cronbase.jobs WHERE id = %s AND status = 'running'", [job_id]
+        ).fetchone()
+        return found == (worker.id,)
+
+    try:
+        wait_for(running, timeout=30, what="the held job running")
+        at_start = registered()
+        assert at_start is not None
+        db.execute("DELETE FROM cronbase.workers WHERE id = %s", [worker.id])
+        assert registered() is None
+        wait_for(registered, timeout=30, what="the worker's row back after a heartbeat")
+        assert registered() == at_start
+        assert [w.id for w in app.workers()] == [worker.id]
+        assert running()  # the lease renewed all along: the job was never taken back
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(60)
+    assert not thread.is_alive()

@@ -76,6 +76,25 @@ def test_search_ids_are_every_match_newest_first_within_the_limit(app: cronbase.
     assert app.jobs.search_ids(queue="emails", search='n": 3') == [emails[3]]
 
 
+def test_search_count_counts_every_match_but_no_more_than_the_limit(app: cronbase.App) -> None:
+    @app.task
+    def work(n: int) -> None:
+        pass
+
+    for n in range(7):
+        work.configure(queue="emails").defer(n=n)
+    work.configure(queue="reports").defer(n=100)
+    # The same filter as search and search_ids (one fragment): queue, text, status.
+    assert app.jobs.search_count(queue="emails", limit=100) == 7
+    assert app.jobs.search_count(queue="emails", search='n": 3', limit=100) == 1
+    assert app.jobs.search_count(status="succeeded", limit=100) == 0
+    assert app.jobs.search_count(limit=100) == 8
+    # Bounded: it stops counting at the limit (the page asks one more than it allows, to say
+    # "more than"), and a page's offset does not apply.
+    assert app.jobs.search_count(queue="emails", limit=3) == 3
+    assert app.jobs.search_count(queue="emails", limit=100, offset=5) == 7
+
+
 def test_dead_jobs_group_by_task_error_class_and_first_line(
     app: cronbase.App, db: psycopg.Connection[Any]
 ) -> None:
@@ -112,6 +131,10 @@ def test_dead_jobs_group_by_task_error_class_and_first_line(
     assert app.jobs.error_group_ids("dead", "pay", "KeyError", message) == [long]
     assert app.jobs.error_group_ids("dead", "pay", "ValueError", "ValueError: bad") == []
     assert app.jobs.error_group_ids("failed", "pay", "RuntimeError", down) == []
+
+    # Each task's count is its groups' sum while every group came back; counted by task when not.
+    assert found.per_task() == {"pay": 6}
+    assert app.jobs.error_counts_by_task("dead") == {"pay": 6}
 
     bounded = app.jobs.error_groups("dead", scan=2)  # the newest two: the long one, a down one
     assert (bounded.scanned, bounded.bounded) == (2, True)

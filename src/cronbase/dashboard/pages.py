@@ -3,7 +3,6 @@ schedules, effects, the audit log, and the Prometheus metrics."""
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,12 +22,11 @@ from .charts import throughput_svg
 from .inputs import BIGINT_MAX, search_term, whole_number
 from .render import Renderer
 
-# The dead page counts dead jobs per task over at most this many of the newest.
-DEAD_TASKS_SCAN = 1000
 LIST_LIMIT = 200  # rows on the effects and audit pages
 PAGE_MAX = 1_000_000
 # "Select all jobs matching this filter" acts on at most this many (the page counts one more, to
-# say "more than"): a retry is a statement per job, in one transaction.
+# say "more than", and reads no ids: actions.py finds them when the operator acts): a retry is a
+# statement per job, in one transaction.
 SELECT_ALL_MAX = 10_000
 # The statuses whose jobs the list groups by error (what an operator retries or clears).
 GROUPED = (JobStatus.DEAD, JobStatus.FAILED)
@@ -111,13 +109,13 @@ class Pages:
             limit=self.page_size + 1,  # one more, to know whether there is a next page
             offset=(page - 1) * self.page_size,
         )
-        matching = await self.app.jobs.search_ids_async(
+        matching = await self.app.jobs.search_count_async(
             status=status, queue=queue, task=task, search=search, limit=SELECT_ALL_MAX + 1
         )
         groups = await self.app.jobs.error_groups_async(status) if status in GROUPED else None
         queues = await self.app.queues.list_async()
         return {
-            "matching": len(matching),
+            "matching": matching,
             "select_all_max": SELECT_ALL_MAX,
             "groups": groups,
             "section": section,
@@ -143,13 +141,20 @@ class Pages:
 
     async def dead(self, request: Request) -> Response:
         context = await self._job_list(request, section="dead", status=JobStatus.DEAD)
-        newest = await self.app.jobs.search_async(status=JobStatus.DEAD, limit=DEAD_TASKS_SCAN)
-        per_task = Counter(job.task for job in newest)
+        groups = context["groups"]
+        # The per-task counts come from the error groups the list read already (task, error
+        # class, first line; the same newest 5,000 dead jobs): a task's count is the sum of its
+        # groups, exact while every group came back. Only when the scan has more groups than
+        # error_groups returns (100) does a count by task over the same scan run, since the
+        # groups left out would be missing from some task's sum.
+        per_task = groups.per_task()
+        if per_task is None:
+            per_task = await self.app.jobs.error_counts_by_task_async(JobStatus.DEAD, groups.scan)
         context.update(
             list_route="dead",
             dead_tasks=sorted(per_task.items()),
-            dead_scan_full=len(newest) >= DEAD_TASKS_SCAN,
-            dead_scan_limit=DEAD_TASKS_SCAN,
+            dead_scan_full=groups.bounded,
+            dead_scan_limit=groups.scan,
         )
         return self.renderer.page(request, "jobs.html", context)
 

@@ -254,8 +254,10 @@ class Queries:
     prune_jobs: bytes
     prune_defaults_exclusive: bytes
     search_jobs: bytes
+    count_search_jobs: bytes
     search_job_ids: bytes
     error_groups: bytes
+    count_error_scan_by_task: bytes
     error_group_ids: bytes
     register_task_limits: bytes
     list_task_limits: bytes

@@ -263,6 +263,15 @@ class Jobs:
     async def search_async(self, **filters: Unpack[views.JobSearch]) -> JobList:
         return await views.search_jobs_async(self.db, **filters)
 
+    def search_count(self, **filters: Unpack[views.JobSearch]) -> int:
+        """How many jobs :meth:`search`'s filters match, counting at most ``limit`` (``offset``
+        is ignored): a list's "N jobs match" without reading their ids."""
+        return views.count_search_jobs(self.db, **filters)
+
+    async def search_count_async(self, **filters: Unpack[views.JobSearch]) -> int:
+        """Async twin of :meth:`search_count`."""
+        return await views.count_search_jobs_async(self.db, **filters)
+
     def search_ids(self, **filters: Unpack[views.JobSearch]) -> builtins.list[int]:
         """The ids of :meth:`search`'s matches, newest first, at most ``limit`` (``offset`` is
         ignored): what "every job this filter matches" acts on."""
@@ -284,6 +293,20 @@ class Jobs:
     ) -> views.ErrorGroups:
         """Async twin of :meth:`error_groups`."""
         return await views.error_groups_async(self.db, status, scan)
+
+    def error_counts_by_task(
+        self, status: JobStatus | str = JobStatus.DEAD, scan: int = views.GROUP_SCAN
+    ) -> dict[str, int]:
+        """How many of :meth:`error_groups`' jobs (the same scan) each task has, however many
+        groups there are (:meth:`~cronbase.operations.search.ErrorGroups.per_task` gives it when
+        all the groups came back)."""
+        return views.count_error_scan_by_task(self.db, status, scan)
+
+    async def error_counts_by_task_async(
+        self, status: JobStatus | str = JobStatus.DEAD, scan: int = views.GROUP_SCAN
+    ) -> dict[str, int]:
+        """Async twin of :meth:`error_counts_by_task`."""
+        return await views.count_error_scan_by_task_async(self.db, status, scan)
 
     def error_group_ids(
         self, status: JobStatus | str, task: str, error_type: str, message: str

@@ -1,7 +1,7 @@
 """The views operators search (the dashboard's, the CLI's): jobs by status, queue, task, id,
 key or text in the payload or error; the dead and failed jobs grouped by error; scheduled jobs;
-long-running ones. ``app.jobs`` offers them (``search``, ``search_ids``, ``error_groups``,
-``scheduled``, ``long_running``)."""
+long-running ones. ``app.jobs`` offers them (``search``, ``search_count``, ``search_ids``,
+``error_groups``, ``scheduled``, ``long_running``)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ class ErrorGroups:
     def bounded(self) -> bool:
         return self.scanned >= self.scan
 
+    def per_task(self) -> dict[str, int] | None:
+        """How many of the scanned jobs each task has, summed over its groups; None when the
+        groups returned (the biggest :data:`GROUPS_SHOWN`) leave some scanned jobs out, and so
+        cannot give every task's count exactly (:func:`count_error_scan_by_task` can)."""
+        if sum(g.count for g in self.groups) < self.scanned:
+            return None
+        counts: dict[str, int] = {}
+        for group in self.groups:
+            counts[group.task] = counts.get(group.task, 0) + group.count
+        return counts
+
 
 def _like_escaped(term: str) -> str:
     """LIKE's own wildcards (and its escape character) in ``term``, matched literally."""
@@ -110,6 +121,18 @@ async def search_jobs_async(db: Database, **filters: Unpack[JobSearch]) -> list[
     return [Job.from_row(r) for r in await db.fetch_all_async(db.queries.search_jobs, params)]
 
 
+def count_search_jobs(db: Database, **filters: Unpack[JobSearch]) -> int:
+    """How many jobs :func:`search_jobs`' filters match, counting at most ``limit`` (the
+    offset is ignored): a bounded count, no ids."""
+    row = db.fetch_one(db.queries.count_search_jobs, search_params(**filters))
+    return int(row["count"]) if row is not None else 0
+
+
+async def count_search_jobs_async(db: Database, **filters: Unpack[JobSearch]) -> int:
+    row = await db.fetch_one_async(db.queries.count_search_jobs, search_params(**filters))
+    return int(row["count"]) if row is not None else 0
+
+
 def search_job_ids(db: Database, **filters: Unpack[JobSearch]) -> list[int]:
     """The ids of :func:`search_jobs`' matches, newest first, at most ``limit`` (no offset)."""
     params = search_params(**filters)
@@ -145,6 +168,27 @@ async def error_groups_async(
 ) -> ErrorGroups:
     rows = await db.fetch_all_async(db.queries.error_groups, _group_params(status, scan))
     return _groups(rows, scan)
+
+
+def count_error_scan_by_task(
+    db: Database, status: JobStatus | str, scan: int = GROUP_SCAN
+) -> dict[str, int]:
+    """How many of :func:`error_groups`' scan (the newest ``scan`` jobs of ``status``) each
+    task has, without the groups' limit."""
+    params = _group_params(status, scan)
+    return {
+        r["task"]: int(r["count"])
+        for r in db.fetch_all(db.queries.count_error_scan_by_task, params)
+    }
+
+
+async def count_error_scan_by_task_async(
+    db: Database, status: JobStatus | str, scan: int = GROUP_SCAN
+) -> dict[str, int]:
+    rows = await db.fetch_all_async(
+        db.queries.count_error_scan_by_task, _group_params(status, scan)
+    )
+    return {r["task"]: int(r["count"]) for r in rows}
 
 
 def _group_ids_params(

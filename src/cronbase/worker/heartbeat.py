@@ -4,7 +4,8 @@ A lease is renewed every third of the shortest lease held, so two renewals can b
 expires; which leases, the attempts' ledger says (``attempts.py``: never one a statement is
 writing). The ledger says when jobs are claimed, so a short lease is renewed in time even when the
 worker was idle. Progress reports make a renewal come sooner (at most every PROGRESS_INTERVAL),
-so a dashboard sees them within a second.
+so a dashboard sees them within a second. A beat that finds the worker's own row gone (pruned
+while the worker was cut off) registers the worker again, with what it registered at start.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..db.health import FailureLog
@@ -46,13 +48,18 @@ class Heartbeater:
         worker_id: str,
         ledger: Attempts,
         metrics: WorkerMetrics | None = None,
+        *,
+        registration: Mapping[str, Any] | None = None,
     ) -> None:
         self._pool = pool
         self._queries = queries
         self._worker_id = worker_id
         self._ledger = ledger
         self._metrics = metrics
+        # register_worker's parameters as the worker started (startup.py); None: never again.
+        self._registration = registration
         self.beats = 0
+        self.registered_again = 0
 
     def interval(self, jobs: list[ClaimedJob]) -> float:
         """Seconds between beats: a third of the shortest lease of ``jobs`` (idle: a third of
@@ -118,7 +125,19 @@ class Heartbeater:
                         "failed": self._ledger.failed,
                     },
                 )
-                renewed = {token for _, token in await cur.fetchall()}
+                rows = await cur.fetchall()
+                renewed = {token for job_id, token in rows if job_id is not None}
+                # A row with no job: the worker's own row is gone (heartbeat_jobs says when).
+                # Its totals and overruns come back with the next beat.
+                row_gone = any(job_id is None for job_id, _ in rows)
+                if row_gone and self._registration is not None:
+                    await conn.execute(self._queries.register_worker, self._registration)
+                    self.registered_again += 1
+                    logger.warning(
+                        "worker %s: its row in the workers table was gone (pruned while the "
+                        "worker was cut off?); registered it again",
+                        self._worker_id,
+                    )
         self.beats += 1
         if self._metrics is not None:
             self._metrics.lease_renewals.inc(len(renewed))

@@ -101,9 +101,12 @@ async def assemble(plan: Plan, wake: asyncio.Event, stack: contextlib.AsyncExitS
     if any(t.isolation == "process" for t in plan.tasks.values()):
         children = Children(db.url, logger.level)
         stack.callback(children.close)
+    registered = registration(plan)  # and again by a heartbeat that finds the row gone
     try:
         # Idempotent (an upsert), so a retry after a reply lost with the connection is safe.
-        await when_reachable("registering the worker", lambda: _register(plan, pool), wait=wait)
+        await when_reachable(
+            "registering the worker", lambda: _register(plan, pool, registered), wait=wait
+        )
     except asyncio.CancelledError:
         # Cancelled while registering (a supervisor's stop before the worker started): the
         # row may be committed already, and the stack would not remove it.
@@ -126,7 +129,9 @@ async def assemble(plan: Plan, wake: asyncio.Event, stack: contextlib.AsyncExitS
     )
     stack.push_async_callback(claimer.close)  # before the pool closes
     overruns = Overruns(ledger, plan.metrics)
-    heartbeater = Heartbeater(pool, db.queries, plan.id, ledger, plan.metrics)
+    heartbeater = Heartbeater(
+        pool, db.queries, plan.id, ledger, plan.metrics, registration=registered
+    )
     runtime = Runtime(
         db, plan.tasks, threads, children, plan.id, ledger.progressed, overruns.timed_out
     )
@@ -192,23 +197,26 @@ def package_version() -> str | None:
         return None
 
 
-async def _register(plan: Plan, pool: AsyncConnectionPool) -> None:
+def registration(plan: Plan) -> dict[str, Any]:
+    """register_worker's parameters: what the worker says it is as it starts, and again when a
+    heartbeat finds its row gone (heartbeat.py)."""
+    return {
+        "id": plan.id,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "queues": plan.options.queues,
+        "concurrency": plan.options.concurrency,
+        "tasks": claimable_names({n: t.defaults.version for n, t in plan.tasks.items()}),
+        "supervisor": plan.supervisor,
+        "version": package_version(),
+        "schema_version": LATEST_VERSION,
+    }
+
+
+async def _register(plan: Plan, pool: AsyncConnectionPool, registered: dict[str, Any]) -> None:
     q = plan.db.queries
     async with pool.connection() as conn:
-        await conn.execute(
-            q.register_worker,
-            {
-                "id": plan.id,
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": plan.options.queues,
-                "concurrency": plan.options.concurrency,
-                "tasks": claimable_names({n: t.defaults.version for n, t in plan.tasks.items()}),
-                "supervisor": plan.supervisor,
-                "version": package_version(),
-                "schema_version": LATEST_VERSION,
-            },
-        )
+        await conn.execute(q.register_worker, registered)
         # The limits in this code are the fleet's from now on (last worker started wins).
         await conn.execute(q.register_task_limits, register_params(plan.tasks))
         # Jobs of its tasks that a claim parked (no live worker knew them) are ready again.

@@ -249,7 +249,10 @@ SELECT id, status, run_at FROM finished;
 -- worker seen, with the handlers it runs past their timeout (%(overruns)s, NULL: none) and its
 -- totals since it started: jobs succeeded, attempts failed (the Workers page; totals, not
 -- increments, so a renewal that fails and is sent again counts nothing twice).
--- Attempts (tokens) missing from the result have lost their lease.
+-- Attempts (tokens) missing from the result have lost their lease. A row with no id says the
+-- worker's own row is gone (pruned while the worker was cut off for a day, or by an operator):
+-- the worker registers again (heartbeat.py), or no page would show it until it restarts. The
+-- check is the one-row update's RETURNING, so a beat costs what it did.
 WITH beat AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(progress)s::real[],
                          %(stages)s::text[])
@@ -268,8 +271,11 @@ WITH beat AS (
     SET last_seen_at = now(), overruns = %(overruns)s::jsonb,
         succeeded_jobs = %(succeeded)s, failed_attempts = %(failed)s
     WHERE id = %(worker)s
+    RETURNING 1
 )
-SELECT id, lease_token FROM renewed;
+SELECT id, lease_token FROM renewed
+UNION ALL
+SELECT NULL, NULL WHERE NOT EXISTS (SELECT FROM seen);
 
 -- name: release_jobs
 -- Hand back attempts not finished (a stopping worker; the database lost under a transaction()):

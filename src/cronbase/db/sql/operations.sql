@@ -222,12 +222,12 @@ WITH /* include: pruner_lock */, succeeded_gone AS (
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted;
 
 -- fragment: job_search_match
--- The job list's filters (search_jobs, search_job_ids): status, queue, task, and a search term
--- matched as a job id or a key (exact, or a key's prefix: indexed), or else as text inside the
--- payload or the last error, case-insensitive, in the newest %(scan)s jobs of the other filters
--- only: that match reads every payload it looks at, so it is bounded (a big history is never
--- read whole). %(contains)s is the term as an ILIKE pattern, its own wildcards escaped; NULL
--- for a whole number, which is a job id only.
+-- The job list's filters (search_jobs, count_search_jobs, search_job_ids): status, queue, task,
+-- and a search term matched as a job id or a key (exact, or a key's prefix: indexed), or else as
+-- text inside the payload or the last error, case-insensitive, in the newest %(scan)s jobs of the
+-- other filters only: that match reads every payload it looks at, so it is bounded (a big
+-- history is never read whole). %(contains)s is the term as an ILIKE pattern, its own wildcards
+-- escaped; NULL for a whole number, which is a job id only.
 (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -254,10 +254,21 @@ WHERE /* include: job_search_match */
 ORDER BY id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
+-- name: count_search_jobs
+-- How many jobs search_jobs' filters match, counting at most %(limit)s: the job list's "select
+-- all N jobs matching this filter", on every render and every refresh. A count, not the ids
+-- (search_job_ids reads those only when the operator acts on them), and bounded: past the limit
+-- the page only says "more than", so a big history is never counted whole.
+SELECT count(*) AS count FROM (
+    SELECT 1 FROM {schema}.jobs_all
+    WHERE /* include: job_search_match */
+    LIMIT %(limit)s
+) matching;
+
 -- name: search_job_ids
 -- The ids of search_jobs' matches, newest first, at most %(limit)s: what "select all jobs
--- matching this filter" counts and acts on (the caller asks one more than it allows, to know
--- when a filter matches too many).
+-- matching this filter" acts on (the caller asks one more than it allows, to know when a filter
+-- matches too many; count_search_jobs counts them for the page).
 SELECT id FROM {schema}.jobs_all
 WHERE /* include: job_search_match */
 ORDER BY id DESC
@@ -290,6 +301,16 @@ FROM (/* include: error_scan */) newest
 GROUP BY task, error_type, message
 ORDER BY count(*) DESC, max(at) DESC, task, message
 LIMIT %(limit)s;
+
+-- name: count_error_scan_by_task
+-- error_groups' scan (the newest %(scan)s jobs of %(status)s) counted by task alone: the Dead
+-- page's per-task counts when the groups error_groups returns (at most 100) leave some out. The
+-- headline columns are not computed: the planner drops a subquery's unused outputs (EXPLAIN
+-- VERBOSE shows them as NULL).
+SELECT task, count(*) AS count
+FROM (/* include: error_scan */) newest
+GROUP BY task
+ORDER BY task;
 
 -- name: error_group_ids
 -- The ids of one group of error_groups (the same scan), newest first: what a group's "Retry
