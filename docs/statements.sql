@@ -516,11 +516,14 @@ SELECT current_setting('max_connections')::int AS max_connections,
 -- name: count_error_scan_by_task
 SELECT task, count(*) AS count
 FROM (SELECT id, task, COALESCE(error_type, '') AS error_type,
-       regexp_replace(
-           regexp_replace(
-               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
-               '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>', 'gi'),
-           '[0-9]+', '<n>', 'g') AS message,
+       CASE WHEN left(last_error, 8) = E'\x24sealed:'
+            THEN '(encrypted with key ' || split_part(last_error, ':', 2) || ')'
+            ELSE regexp_replace(
+                regexp_replace(
+                    left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+                    '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>',
+                    'gi'),
+                '[0-9]+', '<n>', 'g') END AS message,
        COALESCE(finished_at, updated_at) AS at
 FROM "cronbase".jobs_all
 WHERE status = %(status)s::text
@@ -634,11 +637,14 @@ WHERE NOT EXISTS (SELECT FROM ins) AND e.key = %(key)s;
 -- name: error_group_ids
 SELECT id
 FROM (SELECT id, task, COALESCE(error_type, '') AS error_type,
-       regexp_replace(
-           regexp_replace(
-               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
-               '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>', 'gi'),
-           '[0-9]+', '<n>', 'g') AS message,
+       CASE WHEN left(last_error, 8) = E'\x24sealed:'
+            THEN '(encrypted with key ' || split_part(last_error, ':', 2) || ')'
+            ELSE regexp_replace(
+                regexp_replace(
+                    left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+                    '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>',
+                    'gi'),
+                '[0-9]+', '<n>', 'g') END AS message,
        COALESCE(finished_at, updated_at) AS at
 FROM "cronbase".jobs_all
 WHERE status = %(status)s::text
@@ -651,11 +657,14 @@ ORDER BY id DESC;
 SELECT task, error_type, message, count(*) AS count, max(at) AS newest,
        (sum(count(*)) OVER ())::bigint AS scanned
 FROM (SELECT id, task, COALESCE(error_type, '') AS error_type,
-       regexp_replace(
-           regexp_replace(
-               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
-               '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>', 'gi'),
-           '[0-9]+', '<n>', 'g') AS message,
+       CASE WHEN left(last_error, 8) = E'\x24sealed:'
+            THEN '(encrypted with key ' || split_part(last_error, ':', 2) || ')'
+            ELSE regexp_replace(
+                regexp_replace(
+                    left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+                    '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<id>',
+                    'gi'),
+                '[0-9]+', '<n>', 'g') END AS message,
        COALESCE(finished_at, updated_at) AS at
 FROM "cronbase".jobs_all
 WHERE status = %(status)s::text
@@ -1550,6 +1559,52 @@ WITH candidates AS (
 SELECT r.id FROM requeued r, (SELECT count(*) FROM notified) n, (SELECT count(*) FROM repended) p
 ORDER BY r.id;
 
+-- name: reseal_attempts
+UPDATE "cronbase".job_attempts a
+SET error = n.error, traceback = n.traceback
+FROM unnest(%(ids)s::bigint[], %(job_ids)s::bigint[], %(old_errors)s::text[],
+            %(errors)s::text[], %(old_tracebacks)s::text[], %(tracebacks)s::text[])
+    AS n(id, job_id, old_error, error, old_traceback, traceback)
+WHERE a.job_id = n.job_id AND a.id = n.id
+  AND a.error IS NOT DISTINCT FROM n.old_error
+  AND a.traceback IS NOT DISTINCT FROM n.old_traceback
+RETURNING a.id;
+
+-- name: reseal_history
+WITH new AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(old_payloads)s::text[], %(payloads)s::text[],
+                         %(old_results)s::text[], %(results)s::text[], %(old_errors)s::text[],
+                         %(errors)s::text[])
+        AS n(id, old_payload, payload, old_result, result, old_error, error)
+)
+UPDATE "cronbase".jobs_history j
+SET payload = n.payload::jsonb, result = n.result::jsonb, last_error = n.error
+FROM new n
+WHERE j.id = n.id
+  AND j.payload = n.old_payload::jsonb
+  AND j.result IS NOT DISTINCT FROM n.old_result::jsonb
+  AND j.last_error IS NOT DISTINCT FROM n.old_error
+RETURNING j.id;
+
+-- name: reseal_jobs
+WITH new AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(old_payloads)s::text[], %(payloads)s::text[],
+                         %(old_results)s::text[], %(results)s::text[], %(old_errors)s::text[],
+                         %(errors)s::text[])
+        AS n(id, old_payload, payload, old_result, result, old_error, error)
+), locked AS MATERIALIZED (
+    SELECT j.id FROM "cronbase".jobs j JOIN new n ON j.id = n.id
+    WHERE j.payload = n.old_payload::jsonb
+      AND j.result IS NOT DISTINCT FROM n.old_result::jsonb
+      AND j.last_error IS NOT DISTINCT FROM n.old_error
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+)
+UPDATE "cronbase".jobs j
+SET payload = n.payload::jsonb, result = n.result::jsonb, last_error = n.error
+FROM new n JOIN locked l ON l.id = n.id
+WHERE j.id = n.id
+RETURNING j.id;
+
 -- name: resume_queue
 UPDATE "cronbase".queues
 SET is_paused = false, paused_at = NULL, paused_by = NULL, updated_at = now()
@@ -1647,6 +1702,60 @@ ORDER BY key;
 
 -- name: schema_exists
 SELECT to_regnamespace(%(schema)s) IS NOT NULL AS found;
+
+-- name: sealed_attempts_batch
+SELECT a.id, a.job_id, a.error, a.traceback
+FROM "cronbase".job_attempts a
+WHERE a.job_id >= %(after)s
+  AND (left(a.error, 8) = '$sealed:' AND split_part(a.error, ':', 2) <> %(primary)s
+       OR left(a.traceback, 8) = '$sealed:' AND split_part(a.traceback, ':', 2) <> %(primary)s)
+ORDER BY a.job_id
+LIMIT %(limit)s;
+
+-- name: sealed_history_batch
+SELECT j.id, j.payload::text AS payload, j.result::text AS result, j.last_error
+FROM "cronbase".jobs_history j
+WHERE j.id > %(after)s
+  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+               WHERE k #>> '{}' <> %(primary)s)
+       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+                  WHERE k #>> '{}' <> %(primary)s)
+       OR left(j.last_error, 8) = '$sealed:' AND split_part(j.last_error, ':', 2) <> %(primary)s)
+ORDER BY j.id
+LIMIT %(limit)s;
+
+-- name: sealed_jobs_batch
+SELECT j.id, j.payload::text AS payload, j.result::text AS result, j.last_error
+FROM "cronbase".jobs j
+WHERE j.id > %(after)s
+  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+               WHERE k #>> '{}' <> %(primary)s)
+       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+                  WHERE k #>> '{}' <> %(primary)s)
+       OR left(j.last_error, 8) = '$sealed:' AND split_part(j.last_error, ':', 2) <> %(primary)s)
+ORDER BY j.id
+LIMIT %(limit)s;
+
+-- name: sealing_keys_in_use
+SELECT used.key_id, count(*) AS sealed_values
+FROM (
+    SELECT k #>> '{}' AS key_id
+    FROM "cronbase".jobs_all j, jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+    UNION ALL
+    SELECT k #>> '{}'
+    FROM "cronbase".jobs_all j, jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+    UNION ALL
+    SELECT split_part(j.last_error, ':', 2) FROM "cronbase".jobs_all j
+    WHERE left(j.last_error, 8) = '$sealed:'
+    UNION ALL
+    SELECT split_part(a.error, ':', 2) FROM "cronbase".job_attempts_all a
+    WHERE left(a.error, 8) = '$sealed:'
+    UNION ALL
+    SELECT split_part(a.traceback, ':', 2) FROM "cronbase".job_attempts_all a
+    WHERE left(a.traceback, 8) = '$sealed:'
+) used
+GROUP BY used.key_id
+ORDER BY used.key_id;
 
 -- name: search_job_ids
 SELECT id FROM "cronbase".jobs_all

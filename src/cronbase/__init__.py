@@ -42,7 +42,7 @@ from .operations.jobs import Bulk
 from .operations.queues import QueueState
 from .operations.retention import Retention
 from .operations.stats import Overview, TaskStats, UnservedJobs
-from .records import UndecodableJSON
+from .records import Encrypted, UndecodableJSON
 from .retry import Backoff
 from .schedule.scheduler import Schedule, Scheduler
 from .task import Deferral, Task
@@ -69,6 +69,7 @@ __all__ = [
     "EffectInProgress",
     "EffectNotFoundError",
     "EffectRecord",
+    "Encrypted",
     "EventError",
     "EventTimeout",
     "Group",

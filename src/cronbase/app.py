@@ -146,9 +146,14 @@ class App:
         ``dont_retry_on`` (exception types), ``max_snoozes``. ``unique_for`` (with
         ``unique_key``): one job per window. ``isolation="process"``: a sync handler runs in a
         child process, killed at its ``timeout`` (a thread cannot be stopped). Durations
-        (``lease``, ``timeout``, ``unique_for``) are timedeltas or seconds.
+        (``lease``, ``timeout``, ``unique_for``) are timedeltas or seconds. ``encrypt=True``:
+        the payload, result and error messages of its jobs are stored encrypted
+        (docs/guides/encryption.md); ``App(encrypt=True)`` makes that every task's default.
         """
-        checked = TaskDefaults.build(options)
+        given: dict[str, Any] = dict(options)
+        if self.db.encrypt:  # App(encrypt=True): every task's default
+            given.setdefault("encrypt", True)
+        checked = TaskDefaults.build(given)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             task_name = check_name("task", f.__name__ if name is None else name)

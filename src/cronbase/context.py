@@ -50,6 +50,9 @@ class JobContext:
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     lease: timedelta | None = field(default=None, repr=False)
     worker_id: str | None = field(default=None, repr=False)
+    # Its task is encrypted (@app.task(encrypt=True)): integrations keep its error messages out
+    # of what they export (spans), as logs do.
+    encrypted: bool = field(default=False, repr=False)
     _db: Database | None = field(default=None, repr=False)
     # Set once transaction() has committed the job's success with the handler's writes.
     completed: bool = field(default=False, repr=False)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
-from .records import Record, UndecodableJSON, json_value
+from .records import Encrypted, Record, UndecodableJSON, json_value
 
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
 Payload: TypeAlias = dict[str, JSONValue]
@@ -130,7 +130,7 @@ class Job(Record):
     id: int
     task: str
     queue: str
-    payload: Payload | UndecodableJSON
+    payload: Payload | UndecodableJSON | Encrypted
     status: JobStatus
     priority: int
     run_at: datetime
@@ -153,7 +153,7 @@ class Job(Record):
     # What integrations stored beside the payload (a trace context); None when nothing.
     metadata: dict[str, JSONValue] | UndecodableJSON | None = None
     # What the handler returned (JSON), once it succeeded; None when it returned None.
-    result: JSONValue | UndecodableJSON = None
+    result: JSONValue | UndecodableJSON | Encrypted = None
     # How many times the handler raised Snooze (each put the job back, attempt not counted).
     snoozes: int = 0
     # A pending job's parents that have not succeeded yet (configure(after=...), workflows).
@@ -168,10 +168,14 @@ class Job(Record):
     # The priority it was deferred with, once priority aging (app.queues.set_aging) raised it
     # to ``priority``; None: never aged.
     base_priority: int | None = None
+    # The key its payload, result and errors are sealed with (@app.task(encrypt=True)); None:
+    # stored in plain. Views read them opened, or as an Encrypted without that key.
+    encrypted_with: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
-        values = {f.name: row[f.name] for f in fields(cls)}
+        values = {f.name: row[f.name] for f in fields(cls) if f.name != "encrypted_with"}
+        values["encrypted_with"] = row.get("encrypted_with")
         values["status"] = JobStatus(values["status"])
         return cls(**values)
 

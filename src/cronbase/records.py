@@ -42,6 +42,29 @@ class UndecodableJSON:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Encrypted:
+    """A value stored encrypted (``@app.task(encrypt=True)``) that this process cannot open: the
+    key ``key_id`` is not configured here, or the value does not open with it (``reason``).
+    Views show it so, never the ciphertext.
+
+    ```pycon
+    >>> str(Encrypted("2026-01", "no key"))
+    "encrypted with key '2026-01' (no key)"
+    ```
+    """
+
+    key_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"encrypted with key {self.key_id!r} ({self.reason})"
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``--json`` outputs write it."""
+        return {"encrypted": self.key_id, "reason": self.reason}
+
+
 def json_value(value: Any) -> Any:
     """A field's value as JSON holds it: times as ISO 8601, durations in seconds, ids as text,
     an undecodable stored value as :meth:`UndecodableJSON.to_json`."""
@@ -51,7 +74,7 @@ def json_value(value: Any) -> Any:
         return value.total_seconds()
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, UndecodableJSON):
+    if isinstance(value, UndecodableJSON | Encrypted):
         return value.to_json()
     return value
 

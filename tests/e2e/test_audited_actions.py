@@ -48,6 +48,8 @@ EXEMPT = {
     # cronbase.migrations keeps each version and when it was applied, and the audit log is a
     # table a migration creates (it cannot record the migration that makes it).
     "migrate": "a deploy step, recorded in cronbase.migrations",
+    # Prints a new random key; reads and writes no database.
+    "keys new": "prints a new key, touches no database",
 }
 
 # Commands that only read, each as it is run here on the prepared database; {name} is filled in
@@ -69,6 +71,7 @@ READ_ONLY: dict[str, tuple[str, ...]] = {
     "grants": ("grants", "{role}"),  # without --apply: prints the statements
     "prune": ("prune", "--older-than", "1d", "--dry-run"),
     "sql": ("sql", "claim_jobs"),  # prints statements: reads no database at all
+    "keys status": ("keys", "status"),
 }
 
 
@@ -77,8 +80,11 @@ class Write:
     command: str  # its path in the tree
     args: tuple[str, ...]
     action: str  # the audit row's action
+    env: tuple[tuple[str, str], ...] = ()  # the environment it needs besides the database's
 
 
+# A key for `keys rotate` (32 bytes of 0x01): nothing is sealed on the prepared database.
+KEYS = "k1=" + "AQEB" * 10 + "AQE="
 ADDED = ("--cron", "0 3 * * *", "--key", "added", "--payload", '{"message": "m"}')
 WRITES = [
     Write("jobs retry", ("jobs", "retry", "{queued}"), "job.retry"),
@@ -99,6 +105,7 @@ WRITES = [
     Write("schedules run-now", ("schedules", "run-now", "{schedule}"), "schedule.run_now"),
     Write("effects forget", ("effects", "forget", "{effect}"), "effect.forget"),
     Write("grants", ("grants", "{role}", "--apply"), "role.grant"),
+    Write("keys rotate", ("keys", "rotate"), "keys.rotate", (("CRONBASE_ENCRYPTION_KEYS", KEYS),)),
 ]
 
 
@@ -180,7 +187,9 @@ def audit_log(db: psycopg.Connection[Any]) -> list[tuple[str, str]]:
 def test_a_command_that_writes_is_audited_with_its_user_and_host(
     database_url: str, db: psycopg.Connection[Any], prepared: dict[str, str], write: Write
 ) -> None:
-    result = run_cli(database_url, *(filled(arg, prepared) for arg in write.args))
+    result = run_cli(
+        database_url, *(filled(arg, prepared) for arg in write.args), **dict(write.env)
+    )
     assert result.returncode == 0, result.stderr
     actor = f"cli:{getpass.getuser()}@{socket.gethostname()}"
     assert audit_log(db) == [(actor, write.action)]

@@ -23,6 +23,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
 DEEP = "('{\"x\": ' || repeat('[', 10000) || repeat(']', 10000) || '}')::jsonb"
+SECRET_PAYLOAD = '{"card": "4111-1111"}'
 MARKED = "undecodable JSON, nested deeper than 100 levels (at character 105)"
 
 
@@ -43,11 +44,22 @@ def main() -> dict[str, Any]:
         "last_error, error_type) VALUES ('confirm_order', '{\"order_id\": 1}', 'succeeded', 2, "
         "now(), now(), 'RuntimeError: first attempt failed', 'RuntimeError') RETURNING id"
     )
+    # An encrypted task's job (its key in CRONBASE_ENCRYPTION_KEYS): payload and error sealed.
+    from cronbase.contrib.django import get_app
+
+    keys = get_app().db.keys
+    assert keys is not None, "CRONBASE_ENCRYPTION_KEYS is not set"
+    sealed = insert(
+        "INSERT INTO cronbase.jobs (task, payload, status, attempts, last_error, error_type) "
+        f"VALUES ('charge', '{keys.seal_json(SECRET_PAYLOAD, 'payload')}', 'failed', 1, "
+        f"'{keys.seal_text('ValueError: card 4111-1111 declined')}', 'ValueError') RETURNING id"
+    )
     client = Client()
     client.force_login(User.objects.create_superuser("ops", "ops@example.com", "x" * 20))
     listed = client.get("/admin/cronbase/job/")
     page = client.get(f"/admin/cronbase/job/{poison}/change/")
     done = client.get(f"/admin/cronbase/job/{succeeded}/change/")
+    secret = client.get(f"/admin/cronbase/job/{sealed}/change/")
     retried = client.post(f"/admin/cronbase/job/{poison}/retry/")
     cancelled = client.post(f"/admin/cronbase/job/{poison}/cancel/")
     retried_again = client.post(f"/admin/cronbase/job/{poison}/retry/")
@@ -63,6 +75,12 @@ def main() -> dict[str, Any]:
         "list": [listed.status_code, MARKED in listed.text],
         "page": [page.status_code, page.text.count(MARKED), "[" * 5000 in page.text],
         "succeeded_page": [done.status_code, "first attempt failed" in done.text],
+        "sealed_page": [
+            secret.status_code,
+            "encrypted with key &#x27;adm&#x27;" in secret.text,
+            "4111-1111" in secret.text,
+            "$sealed" in secret.text,
+        ],
         "actions": [r.status_code for r in (retried, cancelled, retried_again, bulk)],
         "status": status,
         "audited": audited,

@@ -60,6 +60,7 @@ def admin_site(server_url: str, tmp_path: Path) -> Iterator[Site]:
     url = new_database(server_url)
     site = Site(url, tmp_path)
     site.settings(ADMIN_SETTINGS)
+    site.extra_env["CRONBASE_ENCRYPTION_KEYS"] = "adm=" + "AQEB" * 10 + "AQE="
     (tmp_path / "admin_urls.py").write_text(ADMIN_URLS)
     yield site
     drop_database(server_url, url)
@@ -74,6 +75,8 @@ def test_the_admin_shows_and_acts_on_rows_it_cannot_decode(admin_site: Site) -> 
     assert seen["page"] == [200, 2, False]
     # A succeeded job's page shows no earlier attempt's error as its own.
     assert seen["succeeded_page"] == [200, False]
+    # An encrypted task's job: opened with the key of the process, said to be sealed.
+    assert seen["sealed_page"] == [200, True, True, False]
     # Retry, cancel, retry (redirects to the job's page), then the list's cancel action.
     assert seen["actions"] == [302, 302, 302, 302]
     assert seen["status"] == "cancelled"

@@ -222,6 +222,34 @@ def test_a_retried_job_has_one_consumer_span_per_attempt_and_failures_are_errors
     assert "error.type" not in (second.attributes or {})
 
 
+def test_an_encrypted_tasks_failure_span_carries_its_error_class_alone(
+    database_url: str, db: psycopg.Connection[Any]
+) -> None:
+    from cronbase.payload.sealing import new_key
+
+    app = cronbase.App(database_url=database_url, schema=SCHEMA, encryption_keys=f"k={new_key()}")
+    tracing = Traced()
+    instrument(app, tracer_provider=tracing.provider)
+    try:
+
+        @app.task(encrypt=True, max_attempts=1)
+        def charge(card: str) -> None:
+            raise ValueError(f"card {card} declined")
+
+        charge.defer(card="4111-1111")
+        run_burst(app)
+        span = tracing.one(SpanKind.CONSUMER)
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.status.description == "ValueError (message encrypted)"
+        assert (span.attributes or {})["error.type"] == "ValueError"
+        assert span.events == ()  # no exception event: its message and traceback hold the card
+        assert "4111" not in str(span.to_json())
+    finally:
+        tracing.provider.shutdown()
+        uninstrument(app)
+        app.close()
+
+
 def test_an_async_handler_past_its_timeout_ends_its_span_with_an_error(
     app: cronbase.App, traced: Traced
 ) -> None:

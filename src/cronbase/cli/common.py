@@ -29,7 +29,7 @@ from ..errors import ConfigurationError, PayloadError
 from ..job import JobStatus, Payload
 from ..payload.encode import short
 from ..payload.stored import loads_incoming
-from ..records import UndecodableJSON
+from ..records import Encrypted, UndecodableJSON
 
 logger = logging.getLogger("cronbase")
 
@@ -54,21 +54,21 @@ def status_text(status: JobStatus) -> Text:
     return Text(status.value, style=STATUS_STYLES[status])
 
 
-def payload_text(payload: Payload | UndecodableJSON) -> Text:
+def payload_text(payload: Payload | UndecodableJSON | Encrypted) -> Text:
     """A payload as ``key=value`` pairs: shorter than JSON in a table cell."""
-    if isinstance(payload, UndecodableJSON):
+    if isinstance(payload, UndecodableJSON | Encrypted):
         return undecodable_text(payload)
     return Text(" ".join(f"{k}={json.dumps(v)}" for k, v in payload.items()))
 
 
 def json_text(value: object) -> Text:
     """A stored JSON value (a payload, a result) as one line of JSON, or marked undecodable."""
-    if isinstance(value, UndecodableJSON):
+    if isinstance(value, UndecodableJSON | Encrypted):
         return undecodable_text(value)
     return Text(json.dumps(value))
 
 
-def undecodable_text(value: UndecodableJSON) -> Text:
+def undecodable_text(value: UndecodableJSON | Encrypted) -> Text:
     return Text(str(value), style="bold red")
 
 

@@ -165,6 +165,7 @@ def job_details(job: Job) -> Table:
         ),
         ("priority", job.priority_label),
         ("payload", json_text(job.payload)),
+        *([("encrypted", f"with key {job.encrypted_with!r}")] if job.encrypted_with else []),
         ("result", "" if job.result is None else json_text(job.result)),
         ("run at", when(job.run_at)),
         ("created at", when(job.created_at)),

@@ -159,7 +159,7 @@ class _Instrumentation:
             yield
         except BaseException as exc:
             # BaseException too: an async handler past its timeout sees CancelledError here.
-            _failed(span, exc)
+            _failed(span, exc, sealed=job.encrypted)
             measured[ERROR_TYPE] = _error_type(exc)
             raise
         finally:
@@ -187,10 +187,15 @@ def _measured(attributes: Mapping[str, str | int]) -> dict[str, str | int]:
     return {k: attributes[k] for k in _METRIC_ATTRIBUTES}
 
 
-def _failed(span: trace.Span, exc: BaseException) -> None:
+def _failed(span: trace.Span, exc: BaseException, *, sealed: bool = False) -> None:
     kind = type(exc)
-    span.record_exception(exc)
     span.set_attribute(ERROR_TYPE, _error_type(exc))
+    if sealed:
+        # An encrypted task's error message and traceback are stored sealed: a span, exported
+        # in plain to a tracing backend, carries the error's class alone.
+        span.set_status(Status(StatusCode.ERROR, f"{kind.__name__} (message encrypted)"))
+        return
+    span.record_exception(exc)
     span.set_status(
         Status(StatusCode.ERROR, f"{kind.__name__}: {exc}" if str(exc) else kind.__name__)
     )

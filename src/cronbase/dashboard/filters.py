@@ -8,7 +8,7 @@ from typing import Any
 
 from ..durations import duration_text
 from ..operations.storage import human_bytes
-from ..records import UndecodableJSON
+from ..records import Encrypted, UndecodableJSON
 
 TRACEBACK_LINES = 30  # the last lines of a traceback shown at first; the rest on demand
 
@@ -71,13 +71,15 @@ def took(job: Any, now: datetime | None = None) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    if isinstance(value, UndecodableJSON):  # marked, its start only: it may be a megabyte
+    if isinstance(
+        value, UndecodableJSON | Encrypted
+    ):  # marked, its start only: it may be a megabyte
         return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def compact_json(value: Any) -> str:
-    if isinstance(value, UndecodableJSON):
+    if isinstance(value, UndecodableJSON | Encrypted):
         return str(value)
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
@@ -93,7 +95,7 @@ def preview(value: Any, limit: int = PREVIEW) -> str:
     Encoded piece by piece and stopped at the limit: a list page shows 50 payloads of up to
     1 MiB each, and neither the page nor the work to make it should grow with them.
     """
-    if isinstance(value, UndecodableJSON):
+    if isinstance(value, UndecodableJSON | Encrypted):
         return shorten(str(value), limit)
     pieces: list[str] = []
     size = 0

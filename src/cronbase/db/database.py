@@ -26,6 +26,17 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from ..checks import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES
 from ..errors import ConfigurationError
 from ..payload.encode import JSONDumps, JSONLoads
+from ..payload.sealing import (
+    ENV_KEYS,
+    MARK_IN_JSON,
+    SEALED_COLUMNS,
+    Keyring,
+    KeySource,
+    keyring_from_environment,
+    may_be_sealed,
+    open_json_value,
+    open_row,
+)
 from . import embedded, migrate, pool
 from .queries import Queries
 
@@ -68,6 +79,8 @@ class DatabaseOptions(TypedDict, total=False):
     json_dumps: JSONDumps | None
     json_loads: JSONLoads | None
     max_result_bytes: int
+    encryption_keys: KeySource | None
+    encrypt: bool
 
 
 class Database:
@@ -79,7 +92,10 @@ class Database:
     connections each of this process's pools opens), ``max_payload_bytes`` (the largest payload
     a defer accepts, as JSON), ``max_result_bytes`` (the largest result a handler may return,
     as JSON), ``json_dumps`` and ``json_loads`` (payload to JSON text and back; None: the json
-    module, with cronbase's own types).
+    module, with cronbase's own types), ``encryption_keys`` (what seals and opens encrypted
+    jobs: ``"id=key,..."``, a mapping, a Keyring or a callable returning one; None:
+    ``CRONBASE_ENCRYPTION_KEYS``, else the file ``CRONBASE_ENCRYPTION_KEYS_FILE``), ``encrypt``
+    (every task's default for ``@app.task(encrypt=...)``).
     """
 
     def __init__(
@@ -94,6 +110,8 @@ class Database:
         json_dumps: JSONDumps | None = None,
         json_loads: JSONLoads | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        encryption_keys: KeySource | None = None,
+        encrypt: bool = False,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
@@ -127,6 +145,15 @@ class Database:
         self.json_dumps = json_dumps
         # Decodes each claimed job's payload text (worker/claim.py).
         self.json_loads: Callable[[str], Any] = json_loads or json.loads
+        if not isinstance(encrypt, bool):
+            raise ConfigurationError(f"encrypt must be True or False, got {encrypt!r}")
+        self.encrypt = encrypt
+        # Given keys are checked now (a bad one is a one-line error at start); a callable (a KMS)
+        # and the environment are read at first use, once.
+        self._keys: Keyring | None = None
+        self.encryption_keys = encryption_keys  # as given (None: the environment's)
+        if encryption_keys is not None and not callable(encryption_keys):
+            self._keys = Keyring.from_source(encryption_keys)
         self._explicit_url = url
         # What App(...) was given itself: it wins over the environment (and so over the CLI's
         # --database-url, --listen-url and --pooler, which the CLI then says).
@@ -147,6 +174,36 @@ class Database:
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
         self._async_pool_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._async_pool_guard: asyncio.Task[None] | None = None
+
+    @property
+    def keys(self) -> Keyring | None:
+        """The keyring encrypted jobs are sealed and opened with; None when none is configured."""
+        if self._keys is None:
+            if self.encryption_keys is not None:
+                self._keys = Keyring.from_source(self.encryption_keys)
+            else:
+                self._keys = keyring_from_environment()
+        return self._keys
+
+    def read_payload(self, text: str) -> Any:
+        """A claimed job's payload text, decoded by ``json_loads``, its sealed parts opened
+        (an encrypted task's, and the sealed results a workflow merged into it); an
+        EncryptionError naming the key when this process cannot open them."""
+        value = self.json_loads(text)
+        if MARK_IN_JSON in text:
+            value = open_json_value(self.keys, value, "payload", self.json_loads)
+        return value
+
+    def sealing_keys(self, task: str) -> Keyring:
+        """The keyring to seal task ``task``'s values with; ConfigurationError when none."""
+        keys = self.keys
+        if keys is None:
+            raise ConfigurationError(
+                f"task {task!r} is encrypted (encrypt=True) but no encryption keys are "
+                f"configured: set {ENV_KEYS} (id=key, a key from `cronbase keys new`) or "
+                "App(encryption_keys=...)"
+            )
+        return keys
 
     # -- where ------------------------------------------------------------------------------------
 
@@ -310,15 +367,29 @@ class Database:
             await async_pool.putconn(conn)
 
     def fetch_all(self, query: bytes, params: Params = None) -> list[Row]:
-        """Run a statement on the pool; dict rows."""
+        """Run a statement on the pool; dict rows, their sealed values opened (:meth:`opened`)."""
         with self.pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             if query not in self.queries.history_reads:
                 cur.execute(query, params)
-                return cur.fetchall() if cur.description else []
+                return self.opened(cur.fetchall()) if cur.description else []
             with conn.transaction():  # SET LOCAL: through a transaction pooler too
                 cur.execute(JIT_OFF)
                 cur.execute(query, params)
-                return cur.fetchall() if cur.description else []
+                return self.opened(cur.fetchall()) if cur.description else []
+
+    def opened(self, rows: list[Row]) -> list[Row]:
+        """Rows as views read them: an encrypted task's payload, result and errors opened with
+        this process's keys, or marked encrypted with the key they need (payload/sealing.py
+        open_row). The one place operator views decrypt: the worker opens what it claims
+        itself (read_payload), and logs never show either."""
+        keys: Keyring | None = None
+        looked = False  # the keys are read once, and only when a row may be sealed
+        for row in rows:
+            if any(may_be_sealed(row.get(column)) for column in SEALED_COLUMNS):
+                if not looked:
+                    keys, looked = self.keys, True
+                open_row(keys, row, self.json_loads)
+        return rows
 
     def fetch_one(self, query: bytes, params: Params = None) -> Row | None:
         rows = self.fetch_all(query, params)
@@ -329,11 +400,11 @@ class Database:
         async with async_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             if query not in self.queries.history_reads:
                 await cur.execute(query, params)
-                return await cur.fetchall() if cur.description else []
+                return self.opened(await cur.fetchall()) if cur.description else []
             async with conn.transaction():  # as in fetch_all
                 await cur.execute(JIT_OFF)
                 await cur.execute(query, params)
-                return await cur.fetchall() if cur.description else []
+                return self.opened(await cur.fetchall()) if cur.description else []
 
     async def fetch_one_async(self, query: bytes, params: Params = None) -> Row | None:
         rows = await self.fetch_all_async(query, params)

@@ -54,7 +54,8 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: the reads of job_attempts_all. INSERT: the attempt rows of finish_jobs,
         #   release_jobs, reap_expired_jobs, retry_job, cancel_job, move_legacy_attempts.
         #   DELETE: prune_jobs and prune_defaults_exclusive (a deleted job's attempts).
-        "job_attempts": ("SELECT", "INSERT", "DELETE"),
+        #   UPDATE: reseal_attempts (`cronbase keys rotate`: errors re-sealed).
+        "job_attempts": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # SELECT, DELETE: prune_attempts.
         "job_attempts_default": ("SELECT", "DELETE"),
         # The attempts of before migration 0015. SELECT: job_attempts_all. UPDATE: the FOR

@@ -289,6 +289,14 @@ class Queries:
     prune_attempts: bytes
     table_storage: bytes
     xmin_holders: bytes
+    # keys.sql: encrypted tasks' keys (cronbase keys).
+    sealed_jobs_batch: bytes
+    sealed_history_batch: bytes
+    sealed_attempts_batch: bytes
+    reseal_jobs: bytes
+    reseal_history: bytes
+    reseal_attempts: bytes
+    sealing_keys_in_use: bytes
 
     templates: ClassVar[dict[str, str]]
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..checks import DEFAULT_MAX_PAYLOAD_BYTES
 from ..errors import WorkflowError
 from ..payload.encode import JSONDumps, encode_payload
+from ..payload.sealing import SealingKeys, sealed_payload
 
 if TYPE_CHECKING:
     from psycopg.rows import TupleRow
@@ -94,6 +95,7 @@ def graph_params(
     graph: Graph,
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     dumps: JSONDumps | None = None,
+    keys: SealingKeys | None = None,
 ) -> dict[str, Any]:
     nodes = graph.nodes
     edges = graph.edges
@@ -102,7 +104,7 @@ def graph_params(
         "after": list(graph.after),
         "tasks": [n.task for n in nodes],
         "queues": [n.options.queue for n in nodes],
-        "payloads": [encode_payload(n.task, n.payload, max_bytes, dumps) for n in nodes],
+        "payloads": [_payload(n, max_bytes, dumps, keys) for n in nodes],
         "priorities": [n.options.priority for n in nodes],
         "run_ats": [n.options.run_at for n in nodes],
         "delays": [n.options.delay or timedelta(0) for n in nodes],
@@ -122,6 +124,11 @@ def graph_params(
         "workflow": graph.workflow,
         "channel": q.channel,
     }
+
+
+def _payload(node: Node, max_bytes: int, dumps: JSONDumps | None, keys: SealingKeys | None) -> str:
+    text = encode_payload(node.task, node.payload, max_bytes, dumps)
+    return sealed_payload(text, node.task, keys) if node.options.encrypt else text
 
 
 def parents_missing(rows: list[TupleRow]) -> bool:

@@ -24,6 +24,7 @@ from ..payload.encode import JSONDumps
 from ..payload.encode import (
     encode_payload as encode_payload,  # re-exported: callers know it as client's
 )
+from ..payload.sealing import SealingKeys, sealed_payload
 from .graph import Graph, Node, graph_params, inserted_ids, parents_missing
 from .options import JobOptions
 
@@ -52,10 +53,13 @@ def build_insert(
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     metadata: dict[str, Any] | None = None,
     dumps: JSONDumps | None = None,
+    keys: SealingKeys | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     params = opts.insert_params.copy()
     params["task"] = task
     params["payload"] = encode_payload(task, payload, max_bytes, dumps)
+    if opts.encrypt:
+        params["payload"] = sealed_payload(params["payload"], task, keys)
     params["channel"] = q.channel
     if metadata is not None:
         params["metadata"] = encode_metadata(metadata)
@@ -86,6 +90,7 @@ def build_insert_many(
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     metadata: dict[str, Any] | None = None,
     dumps: JSONDumps | None = None,
+    keys: SealingKeys | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     if opts.unique_for is not None:
         raise ConfigurationError(
@@ -100,6 +105,8 @@ def build_insert_many(
     params = opts.insert_params.copy()
     params["task"] = task
     params["payloads"] = [encode_payload(task, p, max_bytes, dumps) for p in payloads]
+    if opts.encrypt:
+        params["payloads"] = [sealed_payload(p, task, keys) for p in params["payloads"]]
     params["flow_keys"] = [opts.flow_key(p, task) for p in payloads] if opts.has_flow_key else None
     params["channel"] = q.channel
     if metadata is not None:
@@ -171,7 +178,7 @@ class Insert:
     metadata: dict[str, Any] | None = None  # jobs.metadata of every job (defer hooks')
 
     def statement(self, db: Database) -> tuple[bytes, dict[str, Any]]:
-        rest = (db.max_payload_bytes, self.metadata, db.json_dumps)
+        rest = (db.max_payload_bytes, self.metadata, db.json_dumps, db.sealing_keys)
         if self.many:
             return build_insert_many(db.queries, self.task, self.opts, self.payloads, *rest)
         return build_insert(db.queries, self.task, self.opts, self.payloads[0], *rest)
@@ -234,7 +241,7 @@ def defer_graph_sync(
 ) -> list[int]:
     """Insert a graph of jobs in one statement (the caller's transaction when given); the
     nodes' ids in node order."""
-    params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
+    params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps, db.sealing_keys)
     query = db.queries.insert_graph
     for _ in range(2):
         rows = _rows_sync(db, caller, query, params)
@@ -246,7 +253,7 @@ def defer_graph_sync(
 async def defer_graph_async(
     db: Database, graph: Graph, caller: psycopg.AsyncConnection[Any] | None
 ) -> list[int]:
-    params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps)
+    params = graph_params(db.queries, graph, db.max_payload_bytes, db.json_dumps, db.sealing_keys)
     query = db.queries.insert_graph
     for _ in range(2):  # as in defer_graph_sync
         rows = await _rows_async(db, caller, query, params)

@@ -46,6 +46,7 @@ class TaskOptions(TypedDict, total=False):
     unique_key: str | None  # a template over the payload
     isolation: Isolation  # "process": a sync handler in a child killed at its timeout
     version: int  # its jobs go only to workers with this version or later of it (default 1)
+    encrypt: bool  # payload, result and errors stored encrypted (default: App(encrypt=...))
 
 
 # TaskOptions that are not TaskDefaults fields: the task's flow limits (flow.py).
@@ -73,6 +74,9 @@ class JobBasics:
     # The task's version (@app.task(version=N)): a job deferred for N is claimed only by workers
     # that have version N or later of its task (docs/guides/upgrade.md).
     version: int = 1
+    # Store its payload, result and errors encrypted (payload/sealing.py; App(encrypt=True)
+    # makes it every task's default).
+    encrypt: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,8 @@ class JobOptions(JobBasics):
             raise ConfigurationError(
                 f"version must be a whole number from 1 to {MAX_TASK_VERSION}, got {self.version!r}"
             )
+        if not isinstance(self.encrypt, bool):
+            raise ConfigurationError(f"encrypt must be True or False, got {self.encrypt!r}")
         if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= _INT4_MAX:
             raise ConfigurationError(
                 f"max_attempts must be an integer from 1 to {_INT4_MAX}, got {self.max_attempts!r}"

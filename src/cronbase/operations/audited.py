@@ -57,7 +57,7 @@ def perform(db: Database, actor: str | None, action: str, target: str, steps: Ac
 
         def run(step: Step) -> list[Row]:
             with conn.transaction():
-                return cur.execute(*step).fetchall()
+                return db.opened(cur.execute(*step).fetchall())
 
         result, detail = drive(steps, run, _THROWN)
         cur.execute(db.queries.insert_audit, audit_params(actor, action, target, detail))
@@ -78,7 +78,7 @@ async def perform_async(
         async def run(step: Step) -> list[Row]:
             async with conn.transaction():
                 await cur.execute(*step)
-                return await cur.fetchall()
+                return db.opened(await cur.fetchall())
 
         result, detail = await drive_async(steps, run, _THROWN)
         await cur.execute(db.queries.insert_audit, audit_params(actor, action, target, detail))

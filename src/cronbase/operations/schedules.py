@@ -143,7 +143,14 @@ class Schedules:
         payload = scheduled_payload(schedule.payload, clock["now"])
         db = self.db
         insert = build_insert(
-            q, schedule.task, options, payload, db.max_payload_bytes, None, db.json_dumps
+            q,
+            schedule.task,
+            options,
+            payload,
+            db.max_payload_bytes,
+            None,
+            db.json_dumps,
+            db.sealing_keys,
         )
         (row,) = yield insert
         job_id = int(row["id"])

@@ -329,10 +329,20 @@ class Scheduler:
                 max_attempts=options.max_attempts,
                 lease=options.lease,
                 version=options.version,
+                encrypt=options.encrypt,
                 idempotency_key=slot_key(schedule.key, slot),
             )
             payload = scheduled_payload(schedule.payload, slot)
-            query, params = build_insert(q, task.name, opts, payload, self.db.max_payload_bytes)
+            query, params = build_insert(
+                q,
+                task.name,
+                opts,
+                payload,
+                self.db.max_payload_bytes,
+                None,
+                None,
+                self.db.sealing_keys,
+            )
             row = await (await conn.execute(query, params)).fetchone()
             # No row: a concurrent insert of the same slot committed after our snapshot; that
             # job is the slot's job, and the conflict is absorbed.

@@ -14,6 +14,7 @@ from psycopg import sql
 from ..db import migrate, pool
 from ..db.database import Database
 from ..errors import ConfigurationError
+from ..payload.sealing import new_key
 
 if TYPE_CHECKING:
     from ..app import App
@@ -68,6 +69,11 @@ def _test_database(app: App, url: str, schema: str) -> Database:
         max_payload_bytes=old.max_payload_bytes,
         json_dumps=old.json_dumps,
         json_loads=old.json_loads,
+        max_result_bytes=old.max_result_bytes,
+        # The App's keys; with none, a key of the test's own, so encrypted tasks seal and open
+        # on the test database as they do in production.
+        encryption_keys=old.encryption_keys or old.keys or f"test={new_key()}",
+        encrypt=old.encrypt,
     )
 
 

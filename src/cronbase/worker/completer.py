@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..db.outage import OUTAGE, first_failure
+from ..errors import ConfigurationError
+from ..payload.sealing import TEXT_PREFIX, EncryptionError
 from .attempts import Attempt, Attempts
 from .claim import ClaimedJob, done_params
 from .outcomes import Outcome
@@ -70,8 +72,15 @@ def event_fields(o: Outcome, event: str) -> dict[str, Any]:
         "queue": o.job.queue,
         "attempt": o.job.attempt,
         "duration": round(o.duration, 6),
-        "error": o.error,
+        "error": logged_error(o.error),
     }
+
+
+def logged_error(error: str | None) -> str | None:
+    """An outcome's error as logs show it: an encrypted task's (sealed) never, even sealed."""
+    if error is not None and error.startswith(TEXT_PREFIX):
+        return "(encrypted: the task's errors are stored sealed)"
+    return error
 
 
 @dataclass
@@ -290,13 +299,18 @@ def _log_written(o: Outcome, status: str) -> None:
     """The log line of an outcome written as anything but a success."""
     job = o.job
     level = logging.INFO
-    if o.outcome == "snoozed" and status == "queued" and o.snooze_cap < 0:
+    error = logged_error(o.error)
+    if isinstance(o.exception, EncryptionError | ConfigurationError):
+        level, event = logging.WARNING, "key_missing"
+        text = "job %d waits for a worker with its encryption key: task=%s, runs again in %.3gs: %s"
+        args: tuple[object, ...] = (job.id, job.task, o.retry_in, error)
+    elif o.outcome == "snoozed" and status == "queued" and o.snooze_cap < 0:
         event = "waiting"
         text = (
             "job %d waits for an effect in progress elsewhere: task=%s, runs again in %.3gs "
             "(attempt %d not counted): %s"
         )
-        args: tuple[object, ...] = (job.id, job.task, o.retry_in, job.attempt, o.error)
+        args = (job.id, job.task, o.retry_in, job.attempt, error)
     elif o.outcome == "snoozed" and status == "queued":
         event = "snoozed"
         text = (
@@ -311,14 +325,14 @@ def _log_written(o: Outcome, status: str) -> None:
     elif status == "cancelled":
         level, event = logging.WARNING, "cancelled"
         text = "job %d cancelled by its handler: task=%s attempt=%d reason=%s"
-        args = (job.id, job.task, job.attempt, o.error)
+        args = (job.id, job.task, job.attempt, error)
     elif status == "queued":
         level, event = logging.WARNING, "released"
         text = "job %d attempt %d (%s) handed back, not counted: %s"
-        args = (job.id, job.attempt, job.task, o.error)
+        args = (job.id, job.attempt, job.task, error)
     else:
         level, event = logging.WARNING, "retried" if status == "failed" else "dead"
         text = "job %d %s: task=%s attempt=%d/%d duration=%.3fs error=%s"
         how = "failed, will retry" if status == "failed" else "is dead"
-        args = (job.id, how, job.task, job.attempt, job.max_attempts, o.duration, o.error)
+        args = (job.id, how, job.task, job.attempt, job.max_attempts, o.duration, error)
     logger.log(level, text, *args, extra=event_fields(o, event))

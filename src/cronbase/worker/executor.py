@@ -145,6 +145,7 @@ async def execute(runtime: Runtime, job: ClaimedJob) -> Outcome:
         # Possibly a deploy in progress: another worker may know the task, so retry later.
         return outcome_of(job, outcomes.failure(exc, retry_in=60.0, give_up=False), 0.0)
     context = job.context = runtime.context(runtime, job)
+    context.encrypted = task.defaults.encrypt
     hooks = task.hooks
     try:
         kwargs = task.arguments(job.payload)
@@ -152,7 +153,10 @@ async def execute(runtime: Runtime, job: ClaimedJob) -> Outcome:
         # The attempt never started, but it ended: end hooks (error reporting) hear of it.
         if hooks.job_end:
             hooks.ended(context, "dead", exc, timedelta(0))
-        return outcome_of(job, outcomes.unfit(exc), 0.0)
+        unfit = outcomes.unfit(exc)  # the message may quote the payload's values
+        if task.defaults.encrypt and runtime.leases:
+            unfit = outcomes.sealed(task, unfit)
+        return outcome_of(job, unfit, 0.0)
     set_current(context)
     # Plain attribute reads, not Hooks.has_job_hooks: this runs once per job.
     if not (hooks.job_start or hooks.job_end or hooks.job_middleware):
@@ -208,6 +212,8 @@ async def _attempt(
             completed=context.completed,
             max_result_bytes=runtime.db.max_result_bytes,
         )
+    if task.defaults.encrypt and runtime.leases:  # inline mode (no lease) stores nothing
+        verdict = outcomes.sealed(task, verdict)
     if verdict.result is not None:
         job.result = verdict.result
     return outcome_of(job, verdict, time.monotonic() - started)
@@ -355,6 +361,8 @@ async def _in_child(
         context.completed = True
     if remote.kind == "returned":
         job.result = remote.result
+        if task.defaults.encrypt and job.result is not None:  # stored as _attempt seals one
+            job.result = task.db.sealing_keys(task.name).seal_json(job.result, "result")
         return None
     if remote.kind == "snooze":
         raise Snooze(remote.seconds or 0.0)

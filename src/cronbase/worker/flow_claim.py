@@ -235,7 +235,7 @@ class FlowKind(ClaimKind):
             params,
             worker=self._worker_id,
             limit=limit,
-            loads=self._db.json_loads,
+            loads=self._db.read_payload,
         )
         # The next claim's round robin starts after the last scope served (from the start
         # once none was).

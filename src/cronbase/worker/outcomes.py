@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import (
     Cancel,
+    ConfigurationError,
     DatabaseUnavailableError,
     EffectInProgress,
     LeaseLostError,
@@ -20,6 +21,7 @@ from ..errors import (
     Snooze,
 )
 from ..payload.encode import encode_result
+from ..payload.sealing import EncryptionError
 from ..workflow.durable import Suspend
 
 if TYPE_CHECKING:
@@ -211,14 +213,51 @@ def timed_out(task: Task[Any, Any], attempt: int, how: str, *, completed: bool) 
     return failure(error, retry_in=retry_in(task, attempt, error), give_up=False)
 
 
+def key_wait(exc: EncryptionError | ConfigurationError) -> Verdict:
+    """A job this worker cannot open or seal: queued again, the attempt not counted."""
+    return Verdict(
+        outcome="snoozed",
+        retry_in=KEY_WAIT,
+        error=trim(str(exc), ERROR_LIMIT),
+        error_type=type(exc).__name__,
+        exception=exc,
+        snooze_cap=UNCOUNTED_SNOOZE,
+    )
+
+
+def sealed(task: Task[Any, Any], verdict: Verdict) -> Verdict:
+    """An encrypted task's verdict as stored: its result, error and traceback sealed (a worker
+    without keys leaves the job waiting for one that has them, as for a payload it cannot
+    open). Only the error's type stays plain: it names a class, not data."""
+    try:
+        keys = task.db.sealing_keys(task.name)
+    except ConfigurationError as exc:
+        return key_wait(exc)
+    if verdict.result is not None:
+        verdict.result = keys.seal_json(verdict.result, "result")
+    if verdict.error is not None:
+        verdict.error = keys.seal_text(verdict.error)
+    if verdict.traceback is not None:
+        verdict.traceback = keys.seal_text(verdict.traceback)
+    return verdict
+
+
 def unfit(exc: PayloadError) -> Verdict:
     """The payload does not fit the handler: retrying cannot make it fit."""
     return failure(exc, retry_in=0.0, give_up=True)
 
 
+# A job whose payload needs an encryption key this worker lacks looks again this much later.
+KEY_WAIT = 60.0
+
+
 def undecodable(bad: Undecodable) -> Outcome:
-    """A claimed row that cannot be decoded: dead at once, with the reason (no retry can help)."""
+    """A claimed row that cannot be decoded: dead at once, with the reason (no retry can help);
+    but one sealed with a key this worker lacks (or that does not open with it) waits, its
+    attempt not counted, for a worker configured with the key: the error names it."""
     exc = bad.error
+    if isinstance(exc, EncryptionError):
+        return outcome_of(bad.job, key_wait(exc), 0.0)
     reason = PayloadError(
         f"job {bad.job.id} (task {bad.job.task!r}) cannot be decoded: "
         f"{type(exc).__name__}: {str(exc)[:200]}"

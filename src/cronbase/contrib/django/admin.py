@@ -23,7 +23,14 @@ from django.views.decorators.http import require_POST
 
 from ...job import JobStatus
 from ...operations.stats import LIVE_WITHIN
-from ...records import UndecodableJSON
+from ...payload.sealing import (
+    Kind,
+    may_be_sealed,
+    open_stored_json,
+    open_stored_text,
+    sealed_key,
+)
+from ...records import Encrypted, UndecodableJSON
 from . import operator_actions
 from .config import configured
 from .models import AuditEntry, Job, JobAttempt, Schedule, Worker
@@ -41,9 +48,24 @@ STATUS_COLOURS = {
 JSON_SHOWN = 4000  # characters of a payload or result on the job's page
 
 
+def _opened(value: Any, kind: Kind) -> Any:
+    """A stored payload or result, opened with the project's keys when sealed (encrypted
+    tasks), or an Encrypted naming the key this process lacks."""
+    if not may_be_sealed(value):
+        return value
+    return open_stored_json(configured()[1].db.keys, value, kind, json.loads)
+
+
+def _opened_text(text: str | None) -> str | None:
+    """A stored error or traceback, opened (or naming the key it needs) when sealed."""
+    if text is None or not may_be_sealed(text):
+        return text
+    return open_stored_text(configured()[1].db.keys, text)
+
+
 def _json_text(value: Any, **options: Any) -> str:
     """A stored JSON value as JSON text, or marked undecodable (its start: payload/stored.py)."""
-    if isinstance(value, UndecodableJSON):
+    if isinstance(value, UndecodableJSON | Encrypted):
         return str(value)
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, **options)
 
@@ -121,8 +143,8 @@ class AttemptInline(ReadOnly, admin.TabularInline):  # type: ignore[misc]
             return "-"
         return format_html(
             '<details><summary>{}</summary><pre class="cronbase-traceback">{}</pre></details>',
-            attempt.error or attempt.error_type or "error",
-            attempt.traceback or "",
+            _opened_text(attempt.error) or attempt.error_type or "error",
+            _opened_text(attempt.traceback) or "",
         )
 
 
@@ -211,16 +233,20 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="payload")
     def payload_preview(self, job: Job) -> str:
-        text = _json_text(job.payload)
+        text = _json_text(_opened(job.payload, "payload"))
         return text if len(text) <= 80 else text[:79] + "…"
 
     @admin.display(description="payload")
     def payload_shown(self, job: Job) -> str:
-        return _pretty_json(job.payload)
+        shown = _pretty_json(_opened(job.payload, "payload"))
+        key_id = sealed_key(job.payload)
+        if key_id is None:
+            return shown
+        return format_html("<p>encrypted with key {}</p>{}", repr(key_id), shown)
 
     @admin.display(description="result")
     def result_shown(self, job: Job) -> str:
-        return "-" if job.result is None else _pretty_json(job.result)
+        return "-" if job.result is None else _pretty_json(_opened(job.result, "result"))
 
     # A succeeded job's last_error and error_type are an earlier attempt's: not its error (the
     # attempts below show each attempt's).
@@ -230,7 +256,7 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last error")
     def last_error_shown(self, job: Job) -> str | None:
-        return None if job.status == JobStatus.SUCCEEDED else job.last_error
+        return None if job.status == JobStatus.SUCCEEDED else _opened_text(job.last_error)
 
     @admin.display(description="progress")
     def stage_shown(self, job: Job) -> str:

@@ -65,4 +65,6 @@ def settings_of(db: Database, url: str | None = None) -> dict[str, Any]:
         "max_result_bytes": db.max_result_bytes,
         "json_dumps": db.json_dumps,
         "json_loads": db.json_loads,
+        "encryption_keys": db.encryption_keys or db.keys,
+        "encrypt": db.encrypt,
     }

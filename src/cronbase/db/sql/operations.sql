@@ -278,13 +278,18 @@ LIMIT %(limit)s;
 -- The newest %(scan)s jobs of %(status)s, each with its error's headline: the error class and
 -- the first line of the last error, at most 200 characters, its UUIDs and numbers written <id>
 -- and <n> (the key error_groups groups by): "refused request 812" and "refused request 813" are
--- one error, as an error tracker's fingerprint would have them.
+-- one error, as an error tracker's fingerprint would have them. An encrypted task's errors are
+-- sealed (payload/sealing.py): grouped by class alone, the headline naming the key. (E'\x24' is
+-- '$', which a fragment may not hold: its $names are placeholders.)
 SELECT id, task, COALESCE(error_type, '') AS error_type,
-       regexp_replace(
-           regexp_replace(
-               left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
-               '[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}', '<id>', 'gi'),
-           '[0-9]+', '<n>', 'g') AS message,
+       CASE WHEN left(last_error, 8) = E'\x24sealed:'
+            THEN '(encrypted with key ' || split_part(last_error, ':', 2) || ')'
+            ELSE regexp_replace(
+                regexp_replace(
+                    left(btrim(split_part(COALESCE(last_error, ''), E'\n', 1), E' \t\r'), 200),
+                    '[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}', '<id>',
+                    'gi'),
+                '[0-9]+', '<n>', 'g') END AS message,
        COALESCE(finished_at, updated_at) AS at
 FROM {schema}.jobs_all
 WHERE status = %(status)s::text
