@@ -509,10 +509,14 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             [SCHEMA],
         ).fetchall()
         assert functions == [
+            ("bad_name", True),  # the SQL worker's name check (0024)
+            ("claim", False),  # INTERFACE_PRIVILEGES (0024)
             ("claim_tickets", False),  # FUNCTION_PRIVILEGES grants them
+            ("complete", False),  # INTERFACE_PRIVILEGES (0024)
             ("create_history_days", False),
             ("defer", False),  # INTERFACE_PRIVILEGES: grants ROLE --interface
             ("drop_history_days", False),
+            ("fail", False),  # INTERFACE_PRIVILEGES (0024)
             ("history_settled", True),
             ("insert_keyed_job", True),  # 0015's, and 0018's (with a task version)
             ("insert_keyed_job", True),
@@ -520,9 +524,13 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             ("json_depth", True),  # defer's depth check (0023)
             ("notify_done", True),
             ("parents_results", True),
+            ("register_worker", False),  # INTERFACE_PRIVILEGES (0024)
+            ("release", False),
+            ("renew", False),
             ("repend_dependents", True),
             ("resolve_dependents", True),
             ("settle_dependents", True),
+            ("unregister_worker", False),  # INTERFACE_PRIVILEGES (0024)
         ], f"grant EXECUTE on {functions} in cronbase/db/grants.py"
         sequences = owner.execute(
             "SELECT c.relname, d.deptype FROM pg_class c"
@@ -583,6 +591,15 @@ def test_a_role_of_another_language_may_defer_and_nothing_else(roles: Roles) -> 
         'GRANT USAGE ON SCHEMA "cronbase" TO "app";',
         'GRANT EXECUTE ON FUNCTION "cronbase"."defer"(text, jsonb, text, integer, timestamptz,'
         ' interval, integer, interval, text, text, integer) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."register_worker"(text, text[], text[], text,'
+        ' integer, integer) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."unregister_worker"(text) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."claim"(text, integer, text[], text[]) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."renew"(text, bigint[], uuid[]) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."complete"(text, bigint, uuid, jsonb) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."fail"(text, bigint, uuid, text, interval, text,'
+        ' boolean, text) TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."release"(text, bigint[], uuid[]) TO "app";',
     ]
     with (
         psycopg.connect(roles.app_url, autocommit=True) as app,
@@ -590,7 +607,7 @@ def test_a_role_of_another_language_may_defer_and_nothing_else(roles: Roles) -> 
     ):
         app.execute("SELECT cronbase.defer('send_email')")  # not even USAGE yet
     out = ok(cronbase(roles.owner_url, "grants", "app", "--interface", "--apply"))
-    assert "may now defer jobs through cronbase.defer()" in out
+    assert "may now defer jobs and work queues through the SQL interface" in out
     with psycopg.connect(roles.app_url, autocommit=True) as app:
         row = app.execute(
             "SELECT cronbase.defer('send_email', '{\"to\": \"a@b.c\"}', queue => 'emails',"
@@ -613,6 +630,16 @@ def test_a_role_of_another_language_may_defer_and_nothing_else(roles: Roles) -> 
         # Its checks hold as the owner's: a bad name is refused, naming it.
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="'bad name'"):
             app.execute("SELECT cronbase.defer('bad name')")
+        # And it works the queue (migration 0024): register, claim, complete, unregister.
+        app.execute("SELECT cronbase.defer('resize', queue => 'emails')")
+        app.execute("SELECT cronbase.register_worker('node-1', NULL, ARRAY['resize'])")
+        claimed = app.execute("SELECT id, lease_token FROM cronbase.claim('node-1', 10)").fetchall()
+        assert len(claimed) == 1
+        done = app.execute("SELECT cronbase.complete('node-1', %s, %s)", claimed[0]).fetchone()
+        assert done == (True,)
+        app.execute("SELECT cronbase.unregister_worker('node-1')")
     with psycopg.connect(roles.owner_url, autocommit=True) as owner:
         jobs = owner.execute("SELECT task, queue, payload FROM cronbase.jobs").fetchall()
+        finished = owner.execute("SELECT task, status FROM cronbase.jobs_history").fetchall()
     assert jobs == [("send_email", "emails", {"to": "a@b.c"})]
+    assert finished == [("resize", "succeeded")]

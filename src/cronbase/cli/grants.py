@@ -20,7 +20,8 @@ from .main import cli
 @click.option(
     "--interface",
     is_flag=True,
-    help="Only what another language's role needs to call the SQL interface (cronbase.defer): "
+    help="Only what another language's role needs to call the SQL interface (cronbase.defer, "
+    "cronbase.claim...): "
     "USAGE on the schema and EXECUTE on its functions, no right on any table.",
 )
 @click.pass_obj
@@ -41,7 +42,7 @@ def grants(settings: Settings, role: str, is_applied: bool, interface: bool) -> 
     for line in applied:
         click.echo(f"granted: {line}")
     may = (
-        "defer jobs through cronbase.defer()"
+        "defer jobs and work queues through the SQL interface (cronbase.defer(), cronbase.claim())"
         if interface
         else "run workers, enqueue and serve the dashboard"
     )

@@ -136,13 +136,22 @@ FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxy
         "claim_tickets(text, integer, text[], text[])": ("EXECUTE",),
     }
 )
-# The SQL interface (migration 0023, docs/reference/sql.md): what a role of another language is
-# granted to enqueue (`cronbase grants ROLE --interface`), and all it is granted. The functions
-# run as the schema's owner (SECURITY DEFINER) with their own checks; PUBLIC may not execute them.
+# The SQL interface (migrations 0023, 0024; docs/reference/sql.md): what a role of another
+# language is granted to enqueue and work queues (`cronbase grants ROLE --interface`), and all it
+# is granted. The functions run as the schema's owner (SECURITY DEFINER) with their own checks;
+# PUBLIC may not execute them.
 INTERFACE_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxyType(
     {
         "defer(text, jsonb, text, integer, timestamptz, interval, integer, interval, text, text,"
         " integer)": ("EXECUTE",),
+        # Working a queue (migration 0024): a worker of another language.
+        "register_worker(text, text[], text[], text, integer, integer)": ("EXECUTE",),
+        "unregister_worker(text)": ("EXECUTE",),
+        "claim(text, integer, text[], text[])": ("EXECUTE",),
+        "renew(text, bigint[], uuid[])": ("EXECUTE",),
+        "complete(text, bigint, uuid, jsonb)": ("EXECUTE",),
+        "fail(text, bigint, uuid, text, interval, text, boolean, text)": ("EXECUTE",),
+        "release(text, bigint[], uuid[])": ("EXECUTE",),
     }
 )
 # Not granted, on purpose:
