@@ -1560,15 +1560,10 @@ SELECT r.id FROM requeued r, (SELECT count(*) FROM notified) n, (SELECT count(*)
 ORDER BY r.id;
 
 -- name: reseal_attempts
-UPDATE "cronbase".job_attempts a
-SET error = n.error, traceback = n.traceback
-FROM unnest(%(ids)s::bigint[], %(job_ids)s::bigint[], %(old_errors)s::text[],
-            %(errors)s::text[], %(old_tracebacks)s::text[], %(tracebacks)s::text[])
-    AS n(id, job_id, old_error, error, old_traceback, traceback)
-WHERE a.job_id = n.job_id AND a.id = n.id
-  AND a.error IS NOT DISTINCT FROM n.old_error
-  AND a.traceback IS NOT DISTINCT FROM n.old_traceback
-RETURNING a.id;
+SELECT r.id
+FROM "cronbase".reseal_attempts(%(ids)s::bigint[], %(job_ids)s::bigint[], %(old_errors)s::text[],
+                              %(errors)s::text[], %(old_tracebacks)s::text[],
+                              %(tracebacks)s::text[]) AS r(id);
 
 -- name: reseal_history
 WITH new AS (

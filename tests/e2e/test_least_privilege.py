@@ -258,12 +258,15 @@ def test_the_app_role_runs_everything_with_the_grants_and_cannot_migrate_drop_or
     )
     for word in ("TRUNCATE", "CREATE", "ALL", "DEFAULT", "OWNER"):
         assert word not in " ".join(printed)
-    # The functions: EXECUTE on the two partition functions (SECURITY DEFINER), nothing else.
+    # The functions: EXECUTE on the partition functions, the claim and rotation (SECURITY
+    # DEFINER), nothing else.
     assert [p for p in printed if " ON FUNCTION " in p] == [
         'GRANT EXECUTE ON FUNCTION "cronbase"."create_history_days"(date, date) TO "app";',
         'GRANT EXECUTE ON FUNCTION "cronbase"."drop_history_days"(text, timestamptz) TO "app";',
         'GRANT EXECUTE ON FUNCTION "cronbase"."claim_tickets"(text, integer, text[], text[]) '
         'TO "app";',
+        'GRANT EXECUTE ON FUNCTION "cronbase"."reseal_attempts"(bigint[], bigint[], text[], '
+        'text[], text[], text[]) TO "app";',
     ]
     assert table_grants(owner_url, "app") == {}, "printing must grant nothing"
 
@@ -528,6 +531,7 @@ def test_every_grant_is_needed_by_a_statement_and_together_they_suffice(roles: R
             ("release", False),
             ("renew", False),
             ("repend_dependents", True),
+            ("reseal_attempts", False),  # FUNCTION_PRIVILEGES (0025: key rotation)
             ("resolve_dependents", True),
             ("settle_dependents", True),
             ("unregister_worker", False),  # INTERFACE_PRIVILEGES (0024)

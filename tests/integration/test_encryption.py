@@ -400,3 +400,31 @@ def test_the_dashboard_opens_an_encrypted_job_with_its_key_and_says_so(
     assert SECRET not in page.text
     assert SECRET not in listed.text
     assert "encrypted with key &#39;k1&#39;" in page.text
+
+
+def test_rotation_can_change_a_sealed_attempt_error_only_for_another_sealed_one(
+    app: cronbase.App, db: psycopg.Connection[Any]
+) -> None:
+    (job_id,) = db.execute(f"INSERT INTO {SCHEMA}.jobs (task) VALUES ('t') RETURNING id").fetchone()
+    rows = db.execute(
+        f"INSERT INTO {SCHEMA}.job_attempts (job_id, attempt, outcome, error, traceback) "
+        "VALUES (%s, 1, 'failed', 'plain error', NULL), (%s, 2, 'failed', '$sealed:k1:AAAA', NULL)"
+        " RETURNING id",
+        [job_id, job_id],
+    ).fetchall()
+    plain, sealed = (r[0] for r in rows)
+
+    def reseal(attempt: int, old: str, new: str) -> list[Any]:
+        return db.execute(
+            f"SELECT * FROM {SCHEMA}.reseal_attempts(%s, %s, %s, %s, %s, %s)",
+            [[attempt], [job_id], [old], [new], [None], [None]],
+        ).fetchall()
+
+    assert reseal(plain, "plain error", "$sealed:k2:BBBB") == []  # plain stays as written
+    assert reseal(sealed, "$sealed:k1:AAAA", "rewritten") == []  # no plain text for a seal
+    assert reseal(sealed, "$sealed:k1:stale", "$sealed:k2:BBBB") == []  # changed since read
+    assert reseal(sealed, "$sealed:k1:AAAA", "$sealed:k2:BBBB") == [(sealed,)]
+    errors = db.execute(
+        f"SELECT error FROM {SCHEMA}.job_attempts WHERE job_id = %s ORDER BY attempt", [job_id]
+    ).fetchall()
+    assert errors == [("plain error",), ("$sealed:k2:BBBB",)]

@@ -54,8 +54,7 @@ TABLE_PRIVILEGES: Mapping[str, tuple[Privilege, ...]] = MappingProxyType(
         # SELECT: the reads of job_attempts_all. INSERT: the attempt rows of finish_jobs,
         #   release_jobs, reap_expired_jobs, retry_job, cancel_job, move_legacy_attempts.
         #   DELETE: prune_jobs and prune_defaults_exclusive (a deleted job's attempts).
-        #   UPDATE: reseal_attempts (`cronbase keys rotate`: errors re-sealed).
-        "job_attempts": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "job_attempts": ("SELECT", "INSERT", "DELETE"),
         # SELECT, DELETE: prune_attempts.
         "job_attempts_default": ("SELECT", "DELETE"),
         # The attempts of before migration 0015. SELECT: job_attempts_all. UPDATE: the FOR
@@ -134,6 +133,9 @@ FUNCTION_PRIVILEGES: Mapping[str, tuple[Literal["EXECUTE"], ...]] = MappingProxy
         "drop_history_days(text, timestamptz)": ("EXECUTE",),
         # claim_jobs' claim (0020): writes the tickets, ticks, cursors and lanes as the owner.
         "claim_tickets(text, integer, text[], text[])": ("EXECUTE",),
+        # `cronbase keys rotate` (0025): attempts' sealed errors re-sealed, as the owner (the
+        # role may not update attempts: they are written once).
+        "reseal_attempts(bigint[], bigint[], text[], text[], text[], text[])": ("EXECUTE",),
     }
 )
 # The SQL interface (migrations 0023, 0024; docs/reference/sql.md): what a role of another

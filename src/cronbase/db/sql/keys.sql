@@ -83,16 +83,12 @@ WHERE j.id = n.id
 RETURNING j.id;
 
 -- name: reseal_attempts
--- Write re-sealed errors and tracebacks of attempts, each only if unchanged since read.
-UPDATE {schema}.job_attempts a
-SET error = n.error, traceback = n.traceback
-FROM unnest(%(ids)s::bigint[], %(job_ids)s::bigint[], %(old_errors)s::text[],
-            %(errors)s::text[], %(old_tracebacks)s::text[], %(tracebacks)s::text[])
-    AS n(id, job_id, old_error, error, old_traceback, traceback)
-WHERE a.job_id = n.job_id AND a.id = n.id
-  AND a.error IS NOT DISTINCT FROM n.old_error
-  AND a.traceback IS NOT DISTINCT FROM n.old_traceback
-RETURNING a.id;
+-- Write re-sealed errors and tracebacks of attempts, each only if unchanged since read, through
+-- migration 0025's function: the application role may not update attempts (written once).
+SELECT r.id
+FROM {schema}.reseal_attempts(%(ids)s::bigint[], %(job_ids)s::bigint[], %(old_errors)s::text[],
+                              %(errors)s::text[], %(old_tracebacks)s::text[],
+                              %(tracebacks)s::text[]) AS r(id);
 
 -- name: sealing_keys_in_use
 -- How many stored values each key opens, over every job and attempt (`cronbase keys status`;
