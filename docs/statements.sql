@@ -1711,9 +1711,11 @@ LIMIT %(limit)s;
 SELECT j.id, j.payload::text AS payload, j.result::text AS result, j.last_error
 FROM "cronbase".jobs_history j
 WHERE j.id > %(after)s
-  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                WHERE k #>> '{}' <> %(primary)s)
-       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+       OR EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.*."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
+                  WHERE k #>> '{}' <> %(primary)s)
+       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                   WHERE k #>> '{}' <> %(primary)s)
        OR left(j.last_error, 8) = '$sealed:' AND split_part(j.last_error, ':', 2) <> %(primary)s)
 ORDER BY j.id
@@ -1723,9 +1725,11 @@ LIMIT %(limit)s;
 SELECT j.id, j.payload::text AS payload, j.result::text AS result, j.last_error
 FROM "cronbase".jobs j
 WHERE j.id > %(after)s
-  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                WHERE k #>> '{}' <> %(primary)s)
-       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+       OR EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.*."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
+                  WHERE k #>> '{}' <> %(primary)s)
+       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                   WHERE k #>> '{}' <> %(primary)s)
        OR left(j.last_error, 8) = '$sealed:' AND split_part(j.last_error, ':', 2) <> %(primary)s)
 ORDER BY j.id
@@ -1735,10 +1739,13 @@ LIMIT %(limit)s;
 SELECT used.key_id, count(*) AS sealed_values
 FROM (
     SELECT k #>> '{}' AS key_id
-    FROM "cronbase".jobs_all j, jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+    FROM "cronbase".jobs_all j, jsonb_path_query(j.payload, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
     UNION ALL
     SELECT k #>> '{}'
-    FROM "cronbase".jobs_all j, jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+    FROM "cronbase".jobs_all j, jsonb_path_query(j.payload, 'lax $.*."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
+    UNION ALL
+    SELECT k #>> '{}'
+    FROM "cronbase".jobs_all j, jsonb_path_query(j.result, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
     UNION ALL
     SELECT split_part(j.last_error, ':', 2) FROM "cronbase".jobs_all j
     WHERE left(j.last_error, 8) = '$sealed:'

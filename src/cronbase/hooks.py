@@ -61,6 +61,8 @@ class DeferCall:
     metadata: dict[str, JSONValue] = field(default_factory=dict)
     # The new jobs' ids, filled after the insert and before the middleware exits.
     ids: list[int] = field(default_factory=list)
+    # Some of its jobs are of an encrypted task: integrations export no error message of it.
+    encrypted: bool = False
 
 
 class Interceptor(Protocol):
@@ -192,7 +194,9 @@ class Hooks:
         if self.interceptor is not None:
             return self.interceptor.defer(task, insert.opts, insert.payloads)
         connection = self._connection(connection)
-        call = DeferCall(task.name, insert.opts.queue, insert.payloads)
+        call = DeferCall(
+            task.name, insert.opts.queue, insert.payloads, encrypted=insert.opts.encrypt
+        )
         with self.around_defer(call):
             ids = defer_sync(db, replace(insert, metadata=_stored_metadata(call)), connection)
             call.ids[:] = ids
@@ -204,7 +208,9 @@ class Hooks:
         """The async twin of :meth:`defer` (connection sources are sync: not asked)."""
         if self.interceptor is not None:
             return await self.interceptor.defer_async(task, insert.opts, insert.payloads)
-        call = DeferCall(task.name, insert.opts.queue, insert.payloads)
+        call = DeferCall(
+            task.name, insert.opts.queue, insert.payloads, encrypted=insert.opts.encrypt
+        )
         with self.around_defer(call):
             stored = replace(insert, metadata=_stored_metadata(call))
             ids = await defer_async(db, stored, connection)
@@ -218,7 +224,12 @@ class Hooks:
         first job's task and queue, every payload), whose metadata every job stores; on the
         connection a connection source gives (Django's), as a single defer would be."""
         connection = self._connection(connection)
-        call = DeferCall(tasks[0].name, graph.nodes[0].options.queue, graph.payloads())
+        call = DeferCall(
+            tasks[0].name,
+            graph.nodes[0].options.queue,
+            graph.payloads(),
+            encrypted=any(n.options.encrypt for n in graph.nodes),
+        )
         with self.around_defer(call):
             metadata = _stored_metadata(call)
             graph.set_metadata(None if metadata is None else encode_metadata(metadata))
@@ -231,7 +242,12 @@ class Hooks:
         self, db: Database, graph: Graph, tasks: list[Task[Any, Any]], connection: object | None
     ) -> list[int]:
         """The async twin of :meth:`defer_graph` (connection sources are sync: not asked)."""
-        call = DeferCall(tasks[0].name, graph.nodes[0].options.queue, graph.payloads())
+        call = DeferCall(
+            tasks[0].name,
+            graph.nodes[0].options.queue,
+            graph.payloads(),
+            encrypted=any(n.options.encrypt for n in graph.nodes),
+        )
         with self.around_defer(call):
             metadata = _stored_metadata(call)
             graph.set_metadata(None if metadata is None else encode_metadata(metadata))

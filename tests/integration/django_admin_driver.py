@@ -51,7 +51,7 @@ def main() -> dict[str, Any]:
     assert keys is not None, "CRONBASE_ENCRYPTION_KEYS is not set"
     sealed = insert(
         "INSERT INTO cronbase.jobs (task, payload, status, attempts, last_error, error_type) "
-        f"VALUES ('charge', '{keys.seal_json(SECRET_PAYLOAD, 'payload')}', 'failed', 1, "
+        f"VALUES ('charge', '{keys.seal_json(SECRET_PAYLOAD, 'payload', 'charge')}', 'failed', 1, "
         f"'{keys.seal_text('ValueError: card 4111-1111 declined')}', 'ValueError') RETURNING id"
     )
     client = Client()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,8 +164,8 @@ def test_a_worker_without_the_key_leaves_the_job_waiting_not_lost(
 ) -> None:
     ran: list[str] = []
 
-    def register(app: cronbase.App) -> Any:
-        @app.task(encrypt=True)
+    def register(app: cronbase.App, *, encrypt: bool = True) -> Any:
+        @app.task(encrypt=encrypt)
         def send(to: str) -> None:
             ran.append(to)
 
@@ -173,10 +174,18 @@ def test_a_worker_without_the_key_leaves_the_job_waiting_not_lost(
     producer = make_app(apps, database_url, encryption_keys=f"k1={k1}")
     job_id = register(producer).defer(to="ana@example.com")
 
-    for keys in (None, f"k1={new_key()}", f"k2={k1}"):  # none; another under k1; k1's under k2
+    # A worker of an encrypted task without keys does not start: it could not seal.
+    keyless = make_app(apps, database_url)
+    register(keyless)
+    with pytest.raises(cronbase.ConfigurationError, match="task 'send' is encrypted"):
+        run_burst(keyless)
+
+    # Workers that claim the job and cannot open it: no keys (its task not marked encrypted
+    # there), another key under k1, k1's key under another id.
+    for keys in (None, f"k1={new_key()}", f"k2={k1}"):
         options = {} if keys is None else {"encryption_keys": keys}
         worker_app = make_app(apps, database_url, **options)
-        register(worker_app)
+        register(worker_app, encrypt=keys is not None)
         run_burst(worker_app)
         row = db.execute(
             f"SELECT status, attempts, snoozes, run_at > now() FROM {SCHEMA}.jobs WHERE id = %s",
@@ -199,6 +208,63 @@ def test_a_worker_without_the_key_leaves_the_job_waiting_not_lost(
     run_burst(producer)
     assert ran == ["ana@example.com"]
     assert producer.jobs.get(job_id).status is cronbase.JobStatus.SUCCEEDED
+
+
+def test_sealed_arguments_cannot_be_amended_or_moved_by_other_sql(
+    apps: list[cronbase.App], database_url: str, db: psycopg.Connection[Any], k1: str
+) -> None:
+    app = make_app(apps, database_url, encryption_keys=f"k1={k1}")
+    ran: list[tuple[str, str]] = []
+
+    @app.task(encrypt=True)
+    def reset_password(email: str, token: str) -> None:
+        ran.append((email, token))
+
+    @app.task(encrypt=True)
+    def audit(email: str, token: str) -> None:
+        ran.append(("audit", email))
+
+    job_id = reset_password.defer(email="ana@example.com", token="t-1")
+    (envelope,) = db.execute(
+        f"SELECT payload FROM {SCHEMA}.jobs WHERE id = %s", [job_id]
+    ).fetchone()
+    # Replayed by other SQL with an address of its own beside it, and into another task.
+    db.execute(f"DELETE FROM {SCHEMA}.jobs WHERE id = %s", [job_id])
+    amended = db.execute(
+        "SELECT cronbase.defer('reset_password', %s::jsonb || '{\"email\": \"evil@x\"}')",
+        [json.dumps(envelope)],
+    ).fetchone()[0]
+    moved = db.execute(
+        "SELECT cronbase.defer('audit', %s::jsonb)", [json.dumps(envelope)]
+    ).fetchone()[0]
+    run_burst(app)
+    assert ran == []
+    errors = dict(
+        db.execute(
+            f"SELECT job_id, error FROM {SCHEMA}.job_attempts WHERE job_id = ANY(%s)",
+            [[amended, moved]],
+        ).fetchall()
+    )
+    assert "plain member 'email' beside a sealed payload" in errors[amended]
+    assert "sealed for task 'reset_password' is in a job of task 'audit'" in errors[moved]
+
+
+def test_a_plain_job_of_an_encrypted_task_runs_and_its_result_is_sealed(
+    apps: list[cronbase.App], database_url: str, db: psycopg.Connection[Any], k1: str
+) -> None:
+    app = make_app(apps, database_url, encryption_keys=f"k1={k1}")
+
+    @app.task(encrypt=True)
+    def lookup(account: str) -> str:
+        return f"owner of {account}"
+
+    job_id = db.execute("SELECT cronbase.defer('lookup', '{\"account\": \"acc-9\"}')").fetchone()[0]
+    run_burst(app)
+    (result,) = db.execute(
+        f"SELECT result->'$sealed'->>'k' FROM {SCHEMA}.jobs_history WHERE id = %s", [job_id]
+    ).fetchone()
+    assert result == "k1"
+    assert app.jobs.get(job_id).result == "owner of acc-9"
 
 
 def test_app_wide_encryption_and_workflows_pass_sealed_results_on(

@@ -24,6 +24,7 @@ EXPECTED = [
     "EffectInProgress",
     "EffectNotFoundError",
     "EffectRecord",
+    "Encrypted",
     "EventError",
     "EventTimeout",
     "Group",

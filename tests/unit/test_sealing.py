@@ -28,7 +28,7 @@ def ring(text: str) -> Keyring:
 
 def test_a_sealed_value_names_its_key_and_opens_with_any_key_of_the_ring() -> None:
     old = ring(f"k1={K1}")
-    stored = old.seal_json('{"card":"4111"}', "payload")
+    stored = old.seal_json('{"card":"4111"}', "payload", "charge")
     envelope = json.loads(stored)
     assert list(envelope) == [MARK]
     assert envelope[MARK]["k"] == "k1"
@@ -39,7 +39,7 @@ def test_a_sealed_value_names_its_key_and_opens_with_any_key_of_the_ring() -> No
     assert both.ids == ("k2", "k1")
     assert both.open_json(envelope[MARK], "payload") == '{"card":"4111"}'
     # Two seals of one value differ (a fresh nonce each).
-    assert old.seal_json("{}", "payload") != old.seal_json("{}", "payload")
+    assert old.seal_json("{}", "payload", "t") != old.seal_json("{}", "payload", "t")
     text = old.seal_text("ValueError: card 4111")
     assert text.startswith("$sealed:k1:")
     assert "4111" not in text
@@ -48,7 +48,7 @@ def test_a_sealed_value_names_its_key_and_opens_with_any_key_of_the_ring() -> No
 
 
 def test_a_value_refuses_to_open_with_a_missing_or_wrong_key_or_as_another_kind() -> None:
-    sealed = json.loads(ring(f"k1={K1}").seal_json('{"a":1}', "payload"))[MARK]
+    sealed = json.loads(ring(f"k1={K1}").seal_json('{"a":1}', "payload", "t"))[MARK]
     with pytest.raises(KeyMissing, match="key 'k1', which is not configured") as missing:
         ring(f"k2={K2}").open_json(sealed, "payload")
     assert missing.value.key_id == "k1"
@@ -65,37 +65,74 @@ def test_a_value_refuses_to_open_with_a_missing_or_wrong_key_or_as_another_kind(
 
 def test_a_workflow_payload_opens_its_own_envelope_and_its_parents_results() -> None:
     keys = ring(f"k1={K1}")
-    own = json.loads(keys.seal_json('{"to":"ana"}', "payload"))
-    parent = json.loads(keys.seal_json('"token-1"', "result"))
+    own = json.loads(keys.seal_json('{"to":"ana"}', "payload", "notify", receives="previous"))
+    parent = json.loads(keys.seal_json('"token-1"', "result", "make_token"))
     merged = {**own, "previous": [parent, 5]}  # jsonb || as a child's claim writes it
-    assert open_json_value(keys, merged, "payload", json.loads) == {
+    assert open_json_value(keys, merged, "payload", json.loads, "notify") == {
         "to": "ana",
         "previous": ["token-1", 5],
     }
     with pytest.raises(KeyMissing):
         open_json_value(None, merged, "payload", json.loads)
-    assert open_json_value(None, {"plain": [1, {"x": 2}]}, "payload", json.loads) == {
-        "plain": [1, {"x": 2}]
+    # A plain child of a sealed parent: the parent's result opened, the rest as it is.
+    plain_child = {"to": "bo", "previous": parent, "data": {"$sealed": True, "x": [{"$sealed": 1}]}}
+    assert open_json_value(keys, plain_child, "payload", json.loads) == {
+        "to": "bo",
+        "previous": "token-1",
+        "data": {"$sealed": True, "x": [{"$sealed": 1}]},  # a "$sealed" of another shape: data
     }
 
 
-def test_rotation_reseals_every_envelope_with_the_primary() -> None:
+def test_sealed_arguments_refuse_plain_members_and_another_task() -> None:
+    keys = ring(f"k1={K1}")
+    own = json.loads(keys.seal_json('{"email":"ana@x","token":"t-1"}', "payload", "reset"))
+    # Other SQL adds a plain member beside the sealed arguments, to override them: refused.
+    with pytest.raises(SealBroken, match="plain member 'email' beside a sealed payload"):
+        open_json_value(keys, {**own, "email": "evil@x"}, "payload", json.loads, "reset")
+    # Moved to a job of another task: refused (the task is bound to the ciphertext too).
+    with pytest.raises(SealBroken, match="sealed for task 'reset' is in a job of task 'other'"):
+        open_json_value(keys, own, "payload", json.loads, "other")
+    forged = {MARK: {**own[MARK], "t": "other"}}
+    with pytest.raises(SealBroken, match="does not open"):
+        open_json_value(keys, forged, "payload", json.loads, "other")
+    with_member = json.loads(keys.seal_json("{}", "payload", "reset", receives="previous"))
+    renamed = {MARK: {**with_member[MARK], "r": "email"}, "email": "evil@x"}
+    with pytest.raises(SealBroken, match="does not open"):
+        open_json_value(keys, renamed, "payload", json.loads, "reset")
+
+
+def test_rotation_reseals_every_envelope_in_place() -> None:
     old = ring(f"k1={K1}")
-    value = {
-        **json.loads(old.seal_json('{"to":"ana"}', "payload")),
-        "previous": json.loads(old.seal_json("[1,2]", "result")),
-    }
+    own = json.loads(old.seal_json('{"to":"ana"}', "payload", "n", receives="previous"))
+    parent = json.loads(old.seal_json("[1,2]", "result", "p"))
+    # As PostgreSQL writes the jsonb: members by length, then bytes; ", " and ": ".
+    own_c, parent_c = own[MARK]["c"], parent[MARK]["c"]
+    stored = (
+        f'{{"$sealed": {{"c": "{own_c}", "k": "k1", "r": "previous", "t": "n"}}, '
+        f'"previous": [{{"$sealed": {{"c": "{parent_c}", "k": "k1", "t": "p"}}}}, 1.10, 1e400]}}'
+    )
     both = ring(f"k2={K2},k1={K1}")
-    again = both.resealed(value, "payload")
-    assert sealed_key(again) == "k2"
-    assert sealed_key(again["previous"]) == "k2"
-    assert open_json_value(ring(f"k2={K2}"), again, "payload", json.loads) == {
+    again = both.resealed_json(stored, "payload")
+    assert again.count('"k": "k2"') == 2
+    assert '"k1"' not in again
+    assert again.endswith(", 1.10, 1e400]}")  # numbers as stored: not read into floats
+    value = json.loads(again)
+    assert open_json_value(ring(f"k2={K2}"), value, "payload", json.loads, "n") == {
         "to": "ana",
-        "previous": [1, 2],
+        "previous": [[1, 2], 1.1, float("inf")],
     }
-    assert both.resealed(again, "payload") == again  # already under the primary: kept
+    assert both.resealed_json(again, "payload") == again  # already under the primary: kept
     text = old.seal_text("boom")
     assert ring(f"k2={K2}").open_text(both.resealed_text(text)) == "boom"
+
+
+def test_a_key_given_without_its_id_is_never_shown() -> None:
+    for given in (K1, K1.rstrip("="), f"{K1},k2={K2}"):
+        with pytest.raises(ConfigurationError) as info:
+            Keyring.parse(given, "CRONBASE_ENCRYPTION_KEYS")
+        message = str(info.value)
+        assert K1.rstrip("=")[:8] not in message, message
+        assert "\n" not in message
 
 
 def test_keys_come_from_the_environment_or_a_file_and_never_show(tmp_path: Path) -> None:

@@ -82,6 +82,8 @@ def rotate_command(settings: Settings, batch: int) -> None:
     done = rotate(settings.app().db, batch=batch, progress=click.echo, actor=cli_actor())
     total = sum(done.rewritten.values())
     click.echo(f"re-sealed {total} rows with key {done.primary!r} in {done.passes} passes")
+    for line in done.broken:  # left as they are: an operator's to look at
+        click.echo(f"not re-sealed: {line}", err=True)
     if done.passed_over or done.still_needed:
         needed = ", ".join(map(repr, done.still_needed)) or "old keys"
         click.echo(

@@ -111,7 +111,7 @@ class _Instrumentation:
         try:
             yield
         except Exception as exc:
-            _failed(span, exc)
+            _failed(span, exc, sealed=call.encrypted)  # a refusal may quote the payload
             measured[ERROR_TYPE] = _error_type(exc)
             self.metrics.sent.add(len(call.payloads), measured)
             raise

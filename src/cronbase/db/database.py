@@ -28,10 +28,10 @@ from ..errors import ConfigurationError
 from ..payload.encode import JSONDumps, JSONLoads
 from ..payload.sealing import (
     ENV_KEYS,
-    MARK_IN_JSON,
     SEALED_COLUMNS,
     Keyring,
     KeySource,
+    KeysUnavailable,
     keyring_from_environment,
     may_be_sealed,
     open_json_value,
@@ -179,20 +179,29 @@ class Database:
     def keys(self) -> Keyring | None:
         """The keyring encrypted jobs are sealed and opened with; None when none is configured."""
         if self._keys is None:
-            if self.encryption_keys is not None:
-                self._keys = Keyring.from_source(self.encryption_keys)
-            else:
+            if self.encryption_keys is None:
                 self._keys = keyring_from_environment()
+            else:
+                try:
+                    self._keys = Keyring.from_source(self.encryption_keys)
+                except ConfigurationError:
+                    raise
+                except Exception as exc:  # a KMS client's own error: said in one line
+                    raise ConfigurationError(
+                        f"encryption_keys() raised {type(exc).__name__}: {str(exc)[:200]}"
+                    ) from None
         return self._keys
 
-    def read_payload(self, text: str) -> Any:
-        """A claimed job's payload text, decoded by ``json_loads``, its sealed parts opened
-        (an encrypted task's, and the sealed results a workflow merged into it); an
-        EncryptionError naming the key when this process cannot open them."""
-        value = self.json_loads(text)
-        if MARK_IN_JSON in text:
-            value = open_json_value(self.keys, value, "payload", self.json_loads)
-        return value
+    def open_payload(self, value: Any, task: str) -> Any:
+        """A claimed job's decoded payload with its sealed parts opened (an encrypted task's
+        own, sealed for ``task``, and the sealed results a workflow merged into it); an
+        EncryptionError naming the key when this process cannot open them, also when its keys
+        cannot be read (the worker leaves such a job waiting: worker/outcomes.py key_wait)."""
+        try:
+            keys = self.keys
+        except ConfigurationError as exc:
+            raise KeysUnavailable(str(exc), "?") from None
+        return open_json_value(keys, value, "payload", self.json_loads, task)
 
     def sealing_keys(self, task: str) -> Keyring:
         """The keyring to seal task ``task``'s values with; ConfigurationError when none."""

@@ -128,7 +128,9 @@ def graph_params(
 
 def _payload(node: Node, max_bytes: int, dumps: JSONDumps | None, keys: SealingKeys | None) -> str:
     text = encode_payload(node.task, node.payload, max_bytes, dumps)
-    return sealed_payload(text, node.task, keys) if node.options.encrypt else text
+    if not node.options.encrypt:
+        return text
+    return sealed_payload(text, node.task, keys, node.receives)
 
 
 def parents_missing(rows: list[TupleRow]) -> bool:

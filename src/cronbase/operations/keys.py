@@ -12,13 +12,12 @@ only the primary key, the others can be removed from the configuration.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from ..payload.sealing import EncryptionError, Keyring, Kind
+from ..payload.sealing import EncryptionError, Keyring, Kind, SealBroken
 from .audited import Action, perform
 
 if TYPE_CHECKING:
@@ -28,6 +27,7 @@ DEFAULT_BATCH = 500
 MAX_BATCH = 10_000
 # Passes over the tables while some row was passed over (changed, or locked by a worker).
 MAX_PASSES = 5
+BROKEN_NAMED = 20
 Progress = Callable[[str], None]
 
 
@@ -42,6 +42,9 @@ class Rotation:
     passed_over: int = 0
     passes: int = 0
     in_use: dict[str, int] = field(default_factory=dict)
+    # Rows holding a sealed value that does not open (changed by other SQL, or sealed under
+    # the same key id by another key): left as they are, named here (the first BROKEN_NAMED).
+    broken: list[str] = field(default_factory=list)
 
     @property
     def still_needed(self) -> list[str]:
@@ -85,21 +88,16 @@ def rotate(
             f"batch must be a whole number from 1 to {MAX_BATCH}, got {batch!r}"
         )
     keys = required_keys(db)
-    say = progress or (lambda line: None)
     done = Rotation(keys.primary, keys.ids)
+    walk = _Walk(db, keys, batch, progress or (lambda line: None), done)
     for number in range(1, MAX_PASSES + 1):
-        done.passes, done.passed_over = number, 0
-        for table, walk in (
-            ("jobs", _jobs),
-            ("jobs_history", _history),
-            ("job_attempts", _attempts),
-        ):
-            written, passed = walk(db, keys, batch, table, say)
-            done.rewritten[table] = done.rewritten.get(table, 0) + written
-            done.passed_over += passed
+        done.passes, done.passed_over, done.broken = number, 0, []
+        walk.jobs("jobs", db.queries.sealed_jobs_batch, db.queries.reseal_jobs)
+        walk.jobs("jobs_history", db.queries.sealed_history_batch, db.queries.reseal_history)
+        walk.attempts()
         if not done.passed_over:
             break
-        say(f"pass {number}: {done.passed_over} rows changed or locked meanwhile: again")
+        walk.say(f"pass {number}: {done.passed_over} rows changed or locked meanwhile: again")
     done.in_use = keys_in_use(db)
     return perform(db, actor, "keys.rotate", f"key:{keys.primary}", _recorded(done))
 
@@ -110,18 +108,111 @@ def _recorded(done: Rotation) -> Action[Rotation]:
         "rewritten": done.rewritten,
         "passed_over": done.passed_over,
         "in_use": done.in_use,
+        "broken": len(done.broken),
     }
     yield  # an action of no statement: its audit row records the batches run before it
+
+
+@dataclass
+class _Walk:
+    """One pass over a table in batches by id: each batch read, re-sealed here, written where
+    unchanged; ``done`` counts. A value that does not open (SealBroken) leaves its row as it
+    is, named in ``done.broken``; a key that is not configured (KeyMissing) stops the run."""
+
+    db: Database
+    keys: Keyring
+    batch: int
+    say: Progress
+    done: Rotation
+
+    def _written(self, table: str, count: int, tried: int) -> None:
+        self.done.rewritten[table] = self.done.rewritten.get(table, 0) + count
+        self.done.passed_over += tried - count
+
+    def _broken(self, exc: SealBroken) -> None:
+        if len(self.done.broken) < BROKEN_NAMED:
+            self.done.broken.append(str(exc))
+
+    def jobs(self, table: str, read: bytes, write: bytes) -> None:
+        after = 0
+        while True:
+            params = {"after": after, "primary": self.keys.primary, "limit": self.batch}
+            rows = self.db.rows(read, params)
+            new: dict[str, list[Any]] = {name: [] for name in _JOB_ARRAYS}
+            for job_id, payload, result, error in rows:
+                where = f"{table} job {job_id}"
+                try:
+                    values = (
+                        _resealed_json(self.keys, payload, "payload", where),
+                        _resealed_json(self.keys, result, "result", where),
+                        _resealed_text(self.keys, error, where),
+                    )
+                except SealBroken as exc:
+                    self._broken(exc)
+                    continue
+                for name, old, value in zip(
+                    ("payloads", "results", "errors"), (payload, result, error), values, strict=True
+                ):
+                    new["old_" + name].append(old)
+                    new[name].append(value)
+                new["ids"].append(job_id)
+            if new["ids"]:
+                self._written(table, len(self.db.rows(write, new)), len(new["ids"]))
+            if rows:
+                after = rows[-1][0]
+                self.say(f"{table}: {self.done.rewritten.get(table, 0)} re-sealed (to id {after})")
+            if len(rows) < self.batch:
+                return
+
+    def attempts(self) -> None:
+        table, after = "job_attempts", 0
+        while True:
+            params = {"after": after, "primary": self.keys.primary, "limit": self.batch}
+            rows = self.db.rows(self.db.queries.sealed_attempts_batch, params)
+            new: dict[str, list[Any]] = {name: [] for name in _ATTEMPT_ARRAYS}
+            for attempt_id, job_id, error, traceback in rows:
+                where = f"{table} of job {job_id}"
+                try:
+                    values = (
+                        _resealed_text(self.keys, error, where),
+                        _resealed_text(self.keys, traceback, where),
+                    )
+                except SealBroken as exc:
+                    self._broken(exc)
+                    continue
+                new["ids"].append(attempt_id)
+                new["job_ids"].append(job_id)
+                new["old_errors"].append(error)
+                new["errors"].append(values[0])
+                new["old_tracebacks"].append(traceback)
+                new["tracebacks"].append(values[1])
+            count = 0
+            if new["ids"]:
+                count = len(self.db.rows(self.db.queries.reseal_attempts, new))
+                self._written(table, count, len(new["ids"]))
+            if not rows:
+                return
+            last = rows[-1][1]
+            # From the batch's last job on (>=: its other attempts may follow; those re-sealed
+            # no longer match); past it when nothing was written, so rows that cannot be
+            # written (broken, deleted meanwhile) are not read for ever.
+            after = last if count else last + 1
+            self.say(f"{table}: {self.done.rewritten.get(table, 0)} re-sealed (to job {last})")
+            if len(rows) < self.batch:
+                return
+
+
+_JOB_ARRAYS = ("ids", "old_payloads", "payloads", "old_results", "results", "old_errors", "errors")
+_ATTEMPT_ARRAYS = ("ids", "job_ids", "old_errors", "errors", "old_tracebacks", "tracebacks")
 
 
 def _resealed_json(keys: Keyring, text: str | None, kind: Kind, where: str) -> str | None:
     if text is None:
         return None
     try:
-        value = keys.resealed(json.loads(text), kind)
+        return keys.resealed_json(text, kind)
     except EncryptionError as exc:
         raise type(exc)(f"{where}: {exc}", exc.key_id) from None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _resealed_text(keys: Keyring, text: str | None, where: str) -> str | None:
@@ -131,80 +222,3 @@ def _resealed_text(keys: Keyring, text: str | None, where: str) -> str | None:
         return keys.resealed_text(text)
     except EncryptionError as exc:
         raise type(exc)(f"{where}: {exc}", exc.key_id) from None
-
-
-def _jobs(db: Database, keys: Keyring, batch: int, table: str, say: Progress) -> tuple[int, int]:
-    return _job_rows(
-        db, keys, batch, table, say, db.queries.sealed_jobs_batch, db.queries.reseal_jobs
-    )
-
-
-def _history(db: Database, keys: Keyring, batch: int, table: str, say: Progress) -> tuple[int, int]:
-    q = db.queries
-    return _job_rows(db, keys, batch, table, say, q.sealed_history_batch, q.reseal_history)
-
-
-def _job_rows(
-    db: Database, keys: Keyring, batch: int, table: str, say: Progress, read: bytes, write: bytes
-) -> tuple[int, int]:
-    """One pass over jobs or jobs_history by id: (rows re-sealed, rows passed over)."""
-    after, written, passed = 0, 0, 0
-    while True:
-        params = {"after": after, "primary": keys.primary, "limit": batch}
-        rows = db.rows(read, params)
-        if not rows:
-            return written, passed
-        new: dict[str, list[Any]] = {name: [] for name in _JOB_ARRAYS}
-        for job_id, payload, result, error in rows:
-            where = f"{table} job {job_id}"
-            new["ids"].append(job_id)
-            new["old_payloads"].append(payload)
-            new["payloads"].append(_resealed_json(keys, payload, "payload", where))
-            new["old_results"].append(result)
-            new["results"].append(_resealed_json(keys, result, "result", where))
-            new["old_errors"].append(error)
-            new["errors"].append(_resealed_text(keys, error, where))
-        count = len(db.rows(write, new))
-        written += count
-        passed += len(rows) - count
-        after = rows[-1][0]
-        say(f"{table}: {written} re-sealed (to id {after})")
-        if len(rows) < batch:
-            return written, passed
-
-
-_JOB_ARRAYS = ("ids", "old_payloads", "payloads", "old_results", "results", "old_errors", "errors")
-
-
-def _attempts(
-    db: Database, keys: Keyring, batch: int, table: str, say: Progress
-) -> tuple[int, int]:
-    """One pass over job_attempts by job id: (rows re-sealed, rows passed over)."""
-    after, written, passed = 0, 0, 0
-    while True:
-        params = {"after": after, "primary": keys.primary, "limit": batch}
-        rows = db.rows(db.queries.sealed_attempts_batch, params)
-        if not rows:
-            return written, passed
-        new: dict[str, list[Any]] = {name: [] for name in _ATTEMPT_ARRAYS}
-        for attempt_id, job_id, error, traceback in rows:
-            where = f"{table} of job {job_id}"
-            new["ids"].append(attempt_id)
-            new["job_ids"].append(job_id)
-            new["old_errors"].append(error)
-            new["errors"].append(_resealed_text(keys, error, where))
-            new["old_tracebacks"].append(traceback)
-            new["tracebacks"].append(_resealed_text(keys, traceback, where))
-        count = len(db.rows(db.queries.reseal_attempts, new))
-        written += count
-        passed += len(rows) - count
-        last = rows[-1][1]
-        # From the last batch's last job on (>=: its other attempts may follow); past it when
-        # nothing was written, so a batch of rows that cannot be written is not read for ever.
-        after = last if count else last + 1
-        say(f"{table}: {written} re-sealed (to job {last})")
-        if len(rows) < batch:
-            return written, passed
-
-
-_ATTEMPT_ARRAYS = ("ids", "job_ids", "old_errors", "errors", "old_tracebacks", "tracebacks")

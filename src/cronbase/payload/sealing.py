@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -53,6 +54,11 @@ class KeyMissing(EncryptionError):
     """The value was sealed with a key this process does not have."""
 
 
+class KeysUnavailable(EncryptionError):
+    """This process's keys cannot be read (a bad CRONBASE_ENCRYPTION_KEYS, a secret file not
+    mounted, a KMS that failed): no sealed value opens until they can."""
+
+
 class SealBroken(EncryptionError):
     """The value does not open with the key of its id: another key under the same id, or the
     stored value was changed."""
@@ -66,6 +72,16 @@ def _aead() -> Any:
             "encryption needs the cryptography package: pip install 'cronbase[encryption]'"
         ) from None
     return AESGCM
+
+
+def _named(key_id: object) -> str:
+    """A key id as messages show it: quoted when it is one, else only its length (a key given
+    without its id reads as an id: base64's padding '=' splits it, and it must not be shown)."""
+    if isinstance(key_id, str) and len(key_id) <= 40:  # a key is 43 characters or more
+        return repr(key_id)
+    if isinstance(key_id, str):
+        return f"(not a valid id: {len(key_id)} characters; a key given without its id?)"
+    return f"(not a valid id: {type(key_id).__name__})"
 
 
 def _b64(data: bytes) -> str:
@@ -93,11 +109,12 @@ class Keyring:
         for key_id, key in keys.items():
             if not isinstance(key_id, str) or not KEY_ID.fullmatch(key_id):
                 raise ConfigurationError(
-                    f"invalid encryption key id {key_id!r}: use 1 to 40 letters, digits, _ . -"
+                    f"invalid encryption key id {_named(key_id)}: use 1 to 40 letters, "
+                    "digits, _ . -"
                 )
             if not isinstance(key, bytes) or len(key) != KEY_BYTES:
                 raise ConfigurationError(
-                    f"encryption key {key_id!r} must be {KEY_BYTES} bytes (URL-safe base64 of "
+                    f"encryption key {_named(key_id)} must be {KEY_BYTES} bytes (URL-safe base64 of "
                     f"{KEY_BYTES} random bytes: cronbase keys new), got "
                     f"{len(key) if isinstance(key, bytes) else type(key).__name__}"
                 )
@@ -125,16 +142,18 @@ class Keyring:
             key_id = key_id.strip()
             if not eq:
                 raise ConfigurationError(
-                    f"{source}: expected id=key pairs separated by commas, got an item without "
-                    f"'=' (starting {item[:6]!r}...)"
+                    f"{source}: expected id=key pairs separated by commas, got an item of "
+                    f"{len(item)} characters without '='"
                 )
             if key_id in keys:
-                raise ConfigurationError(f"{source}: encryption key id {key_id!r} given twice")
+                raise ConfigurationError(
+                    f"{source}: encryption key id {_named(key_id)} given twice"
+                )
             try:
                 keys[key_id] = _unb64(encoded.strip())
             except (binascii.Error, ValueError):
                 raise ConfigurationError(
-                    f"{source}: encryption key {key_id!r} is not URL-safe base64"
+                    f"{source}: encryption key {_named(key_id)} is not URL-safe base64"
                 ) from None
         if not keys:
             raise ConfigurationError(f"{source}: no encryption key given")
@@ -157,7 +176,7 @@ class Keyring:
                         key = _unb64(key.strip())
                     except (binascii.Error, ValueError):
                         raise ConfigurationError(
-                            f"{where}: encryption key {key_id!r} is not URL-safe base64"
+                            f"{where}: encryption key {_named(key_id)} is not URL-safe base64"
                         ) from None
                 keys[key_id] = key
             return cls(keys)
@@ -168,61 +187,70 @@ class Keyring:
 
     # Sealing: what the primary key writes.
 
-    def _seal(self, plain: str, kind: Kind) -> str:
+    def _seal(self, plain: str, bound: bytes) -> str:
         nonce = os.urandom(NONCE_BYTES)
-        sealed = self._ciphers[self.primary].encrypt(nonce, plain.encode(), kind.encode())
+        sealed = self._ciphers[self.primary].encrypt(nonce, plain.encode(), bound)
         return _b64(nonce + sealed)
 
-    def seal_json(self, text: str, kind: Kind) -> str:
-        """JSON text (a payload's, a result's) as the stored envelope, itself JSON text."""
-        sealed = self._seal(text, kind)  # base64url and an id of [A-Za-z0-9_.-]: no escaping
-        return f'{{"{MARK}":{{"k":"{self.primary}","c":"{sealed}"}}}}'
+    def seal_json(self, text: str, kind: Kind, task: str, receives: str | None = None) -> str:
+        """JSON text (a payload's, a result's) of a job of ``task`` as the stored envelope,
+        itself JSON text. ``receives``: the one plain member a workflow may merge beside a
+        payload (its parents' results, under the parameter that receives them)."""
+        sealed = self._seal(text, _bound(kind, task, receives))
+        # The key id, task and parameter names are of [A-Za-z0-9_.:@-]: nothing to escape.
+        also = "" if receives is None else f',"r":"{receives}"'
+        return f'{{"{MARK}":{{"k":"{self.primary}","t":"{task}"{also},"c":"{sealed}"}}}}'
 
     def seal_text(self, text: str) -> str:
         """An error message or a traceback as stored text."""
-        return f"{TEXT_PREFIX}{self.primary}:{self._seal(text, 'error')}"
+        return f"{TEXT_PREFIX}{self.primary}:{self._seal(text, _bound('error', '', None))}"
 
     # Opening: any key of the ring.
 
-    def _open(self, key_id: object, data: object, kind: Kind) -> str:
+    def _open(self, key_id: object, data: object, kind: Kind, bound: bytes) -> str:
         if not isinstance(key_id, str) or not isinstance(data, str):
-            raise SealBroken(f"a sealed {kind} is malformed (key id {key_id!r})", str(key_id))
+            raise SealBroken(f"a sealed {kind} is malformed", "?")
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise missing(key_id, kind, self.ids)
         try:
             raw = _unb64(data)
-            return str(cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], kind.encode()).decode())
+            return str(cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], bound).decode())
         except Exception:  # InvalidTag, a short or bad base64 text: the same to the reader
             raise SealBroken(
-                f"a sealed {kind} does not open with encryption key {key_id!r}: another key "
+                f"a sealed {kind} does not open with encryption key {_named(key_id)}: another key "
                 "was configured under that id, or the stored value was changed",
                 key_id,
             ) from None
 
     def open_json(self, envelope: Mapping[str, Any], kind: Kind) -> str:
-        """The JSON text a stored envelope's ``$sealed`` member holds."""
-        return self._open(envelope.get("k"), envelope.get("c"), kind)
+        """The JSON text a stored envelope (the ``$sealed`` member) holds; its task and merged
+        member are authenticated with it."""
+        task, receives = envelope.get("t"), envelope.get("r")
+        if not isinstance(task, str) or not isinstance(receives, str | None):
+            raise SealBroken(f"a sealed {kind} is malformed", str(envelope.get("k")))
+        bound = _bound(kind, task, receives)
+        return self._open(envelope.get("k"), envelope.get("c"), kind, bound)
 
     # Rotation: what another key sealed, sealed again with the primary.
 
-    def resealed(self, value: Any, kind: Kind) -> Any:
-        """A decoded stored JSON value with every envelope in it under the primary key (those
-        under it already are kept as they are)."""
-        if isinstance(value, dict):
-            out = {
-                name: self.resealed(item, "result") for name, item in value.items() if name != MARK
-            }
-            envelope = value.get(MARK)
-            if not isinstance(envelope, dict):
-                return out
-            if envelope.get("k") != self.primary:
-                plain = self.open_json(envelope, kind)
-                envelope = {"k": self.primary, "c": self._seal(plain, kind)}
-            return {MARK: envelope, **out}
-        if isinstance(value, list):
-            return [self.resealed(item, kind) for item in value]
-        return value
+    def resealed_json(self, text: str, kind: Kind) -> str:
+        """A stored JSON value's text (as PostgreSQL writes jsonb) with every envelope cronbase
+        reads in it sealed with the primary key. Only the envelopes' ciphertext and key id
+        change, in place in the text: every other byte stays as stored (a number is not read
+        into a float and written back)."""
+        for envelope, envelope_kind in envelopes(json.loads(text), kind):
+            if envelope.get("k") == self.primary:
+                continue
+            plain = self.open_json(envelope, envelope_kind)
+            bound = _bound(envelope_kind, envelope["t"], envelope.get("r"))
+            # jsonb writes an object's members by length, then bytes: "c" before "k".
+            old = f'"c": "{envelope["c"]}", "k": "{envelope["k"]}"'
+            new = f'"c": "{self._seal(plain, bound)}", "k": "{self.primary}"'
+            if text.count(old) != 1:
+                raise SealBroken(f"a sealed {envelope_kind} is not where it was read", "?")
+            text = text.replace(old, new)
+        return text
 
     def resealed_text(self, text: str) -> str:
         """A stored error or traceback under the primary key (plain text as is)."""
@@ -236,7 +264,47 @@ class Keyring:
         if not text.startswith(TEXT_PREFIX):
             return text
         key_id, _, data = text[len(TEXT_PREFIX) :].partition(":")
-        return self._open(key_id, data, "error")
+        return self._open(key_id, data, "error", _bound("error", "", None))
+
+
+def _bound(kind: Kind, task: str, receives: str | None) -> bytes:
+    """The associated data of a sealed value: what it is (a payload, a result, an error), for
+    which task, and which plain member may be merged beside it. A value moved to another kind,
+    task or member does not open."""
+    return f"cronbase-1\x00{kind}\x00{task}\x00{receives or ''}".encode()
+
+
+def is_envelope(value: object) -> bool:
+    """A stored sealed JSON value: ``{"$sealed": {"k": ..., "c": ..., ...}}`` and nothing else
+    (a ``$sealed`` member of any other shape is a payload's own data)."""
+    if not isinstance(value, dict) or MARK not in value:
+        return False
+    inner = value[MARK]
+    return (
+        isinstance(inner, dict)
+        and isinstance(inner.get("k"), str)
+        and isinstance(inner.get("c"), str)
+    )
+
+
+def envelopes(value: Any, kind: Kind) -> list[tuple[dict[str, Any], Kind]]:
+    """The envelopes (their ``$sealed`` members) cronbase reads in a stored JSON value, with
+    their kind: the value's own, and a workflow's sealed results merged into a payload, as a
+    member or a list of them (a group's). Nowhere deeper: deeper ``$sealed`` keys are data."""
+    if not isinstance(value, dict):
+        return []
+    found: list[tuple[dict[str, Any], Kind]] = []
+    if MARK in value:
+        if not is_envelope({MARK: value[MARK]}):
+            raise SealBroken(f"a sealed {kind} is malformed", "?")
+        found.append((value[MARK], kind))
+    for name, item in value.items():
+        if name == MARK:
+            continue
+        for member in item if isinstance(item, list) else [item]:
+            if is_envelope(member):
+                found.append((member[MARK], "result"))
+    return found
 
 
 # What App(encryption_keys=...) takes: "id=key,..." text, {id: key} in order (the first is
@@ -249,19 +317,22 @@ KeySource = str | Mapping[str, str | bytes] | Keyring | Callable[[], Any]
 SealingKeys = Callable[[str], Keyring]
 
 
-def sealed_payload(text: str, task: str, keys: SealingKeys | None) -> str:
-    """An encrypted task's payload JSON text as stored."""
+def sealed_payload(
+    text: str, task: str, keys: SealingKeys | None, receives: str | None = None
+) -> str:
+    """An encrypted task's payload JSON text as stored (``receives``: the parameter a workflow
+    merges its parents' results into, the one plain member allowed beside it)."""
     if keys is None:
         raise ConfigurationError(
             f"task {task!r} is encrypted (encrypt=True) but no encryption keys are configured"
         )
-    return keys(task).seal_json(text, "payload")
+    return keys(task).seal_json(text, "payload", task, receives)
 
 
 def missing(key_id: str, kind: str, have: tuple[str, ...] = ()) -> KeyMissing:
     configured = f"configured: {', '.join(have)}" if have else "no keys are configured here"
     return KeyMissing(
-        f"a sealed {kind} needs encryption key {key_id!r}, which is not configured "
+        f"a sealed {kind} needs encryption key {_named(key_id)}, which is not configured "
         f"({configured}; {ENV_KEYS} or App(encryption_keys=...))",
         key_id,
     )
@@ -282,30 +353,55 @@ def sealed_key(value: object) -> str | None:
 
 
 def open_json_value(
-    keys: Keyring | None, value: Any, kind: Kind, loads: Callable[[str], Any]
+    keys: Keyring | None,
+    value: Any,
+    kind: Kind,
+    loads: Callable[[str], Any],
+    task: str | None = None,
 ) -> Any:
-    """A decoded stored JSON value with every sealed envelope in it opened: the payload's own,
-    and the sealed results of parents a workflow merged beside it. EncryptionError when one
-    cannot be opened here."""
-    if isinstance(value, dict):
-        envelope = value.get(MARK)
-        rest = {
-            name: open_json_value(keys, item, "result", loads)
-            for name, item in value.items()
-            if name != MARK
-        }
-        if not isinstance(envelope, dict):
-            return rest
-        key_id = envelope.get("k")
-        if keys is None:
-            raise missing(str(key_id), kind)
-        inner = loads(keys.open_json(envelope, kind))
-        if rest and isinstance(inner, dict):
-            return {**inner, **rest}
-        return inner
-    if isinstance(value, list):
-        return [open_json_value(keys, item, kind, loads) for item in value]
-    return value
+    """A decoded stored JSON value with the sealed envelopes cronbase writes opened: the value's
+    own (sealed for ``task``, when given: the job's), and the sealed results of parents a
+    workflow merged into a payload. Beside a sealed payload, only the member its envelope
+    names may be plain (those results): a plain field added by other SQL beside sealed
+    arguments is refused, not merged over them. EncryptionError when one cannot be opened."""
+    if not isinstance(value, dict):
+        return value
+    if MARK not in value:  # plain, perhaps holding a sealed parent's results
+        return {name: _opened_member(keys, item, loads) for name, item in value.items()}
+    envelope = value[MARK]
+    if not is_envelope({MARK: envelope}):
+        raise SealBroken(f"a sealed {kind} is malformed", "?")
+    key_id = envelope["k"]
+    if task is not None and envelope.get("t") != task:
+        raise SealBroken(
+            f"a {kind} sealed for task {envelope.get('t')!r} is in a job of task {task!r}",
+            key_id,
+        )
+    extra = [name for name in value if name != MARK]
+    merged = envelope.get("r")
+    if any(name != merged for name in extra):
+        wrong = next(name for name in extra if name != merged)
+        raise SealBroken(
+            f"a plain member {wrong!r} beside a sealed {kind}: only the workflow's "
+            f"{merged!r} may be",
+            key_id,
+        )
+    if keys is None:
+        raise missing(key_id, kind)
+    inner = loads(keys.open_json(envelope, kind))
+    if extra and isinstance(inner, dict) and isinstance(merged, str):
+        return {**inner, merged: _opened_member(keys, value[merged], loads)}
+    return inner
+
+
+def _opened_member(keys: Keyring | None, item: Any, loads: Callable[[str], Any]) -> Any:
+    """A payload's member as a workflow merged it: a parent's sealed result opened, or each of
+    a group's; anything else as it is."""
+    if is_envelope(item):
+        return open_json_value(keys, item, "result", loads)
+    if isinstance(item, list) and any(is_envelope(i) for i in item):
+        return [open_json_value(keys, i, "result", loads) if is_envelope(i) else i for i in item]
+    return item
 
 
 def open_stored_json(
@@ -347,9 +443,7 @@ def _holds_sealed(value: object) -> bool:
     if MARK in value:
         return True
     for item in value.values():
-        if isinstance(item, dict) and MARK in item:
-            return True
-        if isinstance(item, list) and any(isinstance(i, dict) and MARK in i for i in item):
+        if is_envelope(item) or (isinstance(item, list) and any(is_envelope(i) for i in item)):
             return True
     return False
 

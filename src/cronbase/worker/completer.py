@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..db.outage import OUTAGE, first_failure
-from ..errors import ConfigurationError
 from ..payload.sealing import TEXT_PREFIX, EncryptionError
 from .attempts import Attempt, Attempts
 from .claim import ClaimedJob, done_params
@@ -300,7 +299,7 @@ def _log_written(o: Outcome, status: str) -> None:
     job = o.job
     level = logging.INFO
     error = logged_error(o.error)
-    if isinstance(o.exception, EncryptionError | ConfigurationError):
+    if isinstance(o.exception, EncryptionError):
         level, event = logging.WARNING, "key_missing"
         text = "job %d waits for a worker with its encryption key: task=%s, runs again in %.3gs: %s"
         args: tuple[object, ...] = (job.id, job.task, o.retry_in, error)

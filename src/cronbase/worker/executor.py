@@ -362,7 +362,8 @@ async def _in_child(
     if remote.kind == "returned":
         job.result = remote.result
         if task.defaults.encrypt and job.result is not None:  # stored as _attempt seals one
-            job.result = task.db.sealing_keys(task.name).seal_json(job.result, "result")
+            keys = task.db.sealing_keys(task.name)
+            job.result = keys.seal_json(job.result, "result", task.name)
         return None
     if remote.kind == "snooze":
         raise Snooze(remote.seconds or 0.0)

@@ -204,7 +204,9 @@ class FairKind(ClaimKind):
             after=pacing.after,
         )
         statement = fair_statement(self._db.queries, limit, queues, scan=scans)
-        result = await run_claim(conn, statement, params, self._db.read_payload)
+        result = await run_claim(
+            conn, statement, params, self._db.json_loads, self._db.open_payload
+        )
         retry_in = None
         if result.held and not result.jobs:
             # Keys thought busy had no due job (now idle): the next keys may have some, so claim

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..db import arrays
-from .claim import ClaimResult, Loads, column_names, read_rows
+from .claim import ClaimResult, Loads, Opener, column_names, read_rows
 from .claim_kind import Ask, ClaimKind, Scope, Taken, Turn
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ async def claim_flow_jobs(
     worker: str,
     limit: int,
     loads: Loads = json.loads,
+    opener: Opener | None = None,
 ) -> FlowResult:
     """Lease up to ``limit`` limited jobs that fit in their limits, in one transaction: the
     candidates and their scopes' locks, then the claim on a snapshot taken after the locks."""
@@ -126,7 +127,8 @@ async def claim_flow_jobs(
         if not locked:
             return FlowResult(held=len(ids), contended=contended)
         cur = await conn.execute(queries.claim_flow_jobs, _claim_params(ids, locked, limit, worker))
-        result = read_rows(await cur.fetchall(), column_names(cur, queries.claim_flow_jobs), loads)
+        names = column_names(cur, queries.claim_flow_jobs)
+        result = read_rows(await cur.fetchall(), names, loads, opener)
     return _summed(result, contended)
 
 
@@ -138,6 +140,7 @@ def claim_flow_jobs_sync(
     worker: str,
     limit: int,
     loads: Loads = json.loads,
+    opener: Opener | None = None,
 ) -> FlowResult:
     """The sync twin of :func:`claim_flow_jobs`, for tests and the bench."""
     with conn.transaction():
@@ -150,7 +153,8 @@ def claim_flow_jobs_sync(
         if not locked:
             return FlowResult(held=len(ids), contended=contended)
         cur = conn.execute(queries.claim_flow_jobs, _claim_params(ids, locked, limit, worker))
-        result = read_rows(cur.fetchall(), column_names(cur, queries.claim_flow_jobs), loads)
+        names = column_names(cur, queries.claim_flow_jobs)
+        result = read_rows(cur.fetchall(), names, loads, opener)
     return _summed(result, contended)
 
 
@@ -235,7 +239,8 @@ class FlowKind(ClaimKind):
             params,
             worker=self._worker_id,
             limit=limit,
-            loads=self._db.read_payload,
+            loads=self._db.json_loads,
+            opener=self._db.open_payload,
         )
         # The next claim's round robin starts after the last scope served (from the start
         # once none was).

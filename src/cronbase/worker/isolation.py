@@ -317,6 +317,7 @@ def _serve(request: dict[str, Any], conn: Connection) -> dict[str, Any]:
         lease_token=uuid.UUID(job["lease_token"]),
         lease=timedelta(seconds=job["lease"]),
         worker_id=job["worker_id"],
+        encrypted=task.defaults.encrypt,  # the child's middleware (spans) keeps messages out
         _db=task.db,
         _on_progress=progress,
     )

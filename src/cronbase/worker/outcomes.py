@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import (
     Cancel,
-    ConfigurationError,
     DatabaseUnavailableError,
     EffectInProgress,
     LeaseLostError,
@@ -213,8 +212,9 @@ def timed_out(task: Task[Any, Any], attempt: int, how: str, *, completed: bool) 
     return failure(error, retry_in=retry_in(task, attempt, error), give_up=False)
 
 
-def key_wait(exc: EncryptionError | ConfigurationError) -> Verdict:
-    """A job this worker cannot open or seal: queued again, the attempt not counted."""
+def key_wait(exc: EncryptionError) -> Verdict:
+    """A job this worker cannot open: queued again, the attempt not counted, the error naming
+    the key it needs."""
     return Verdict(
         outcome="snoozed",
         retry_in=KEY_WAIT,
@@ -226,15 +226,15 @@ def key_wait(exc: EncryptionError | ConfigurationError) -> Verdict:
 
 
 def sealed(task: Task[Any, Any], verdict: Verdict) -> Verdict:
-    """An encrypted task's verdict as stored: its result, error and traceback sealed (a worker
-    without keys leaves the job waiting for one that has them, as for a payload it cannot
-    open). Only the error's type stays plain: it names a class, not data."""
-    try:
-        keys = task.db.sealing_keys(task.name)
-    except ConfigurationError as exc:
-        return key_wait(exc)
+    """An encrypted task's verdict as stored: its result, error and traceback sealed. Only the
+    error's type stays plain: it names a class, not data. The keys are read only when there is
+    something to seal; a worker runs an encrypted task only with keys (startup.py checks), so
+    the ConfigurationError of keys gone meanwhile is the worker's, not the job's."""
+    if verdict.result is None and verdict.error is None and verdict.traceback is None:
+        return verdict
+    keys = task.db.sealing_keys(task.name)
     if verdict.result is not None:
-        verdict.result = keys.seal_json(verdict.result, "result")
+        verdict.result = keys.seal_json(verdict.result, "result", task.name)
     if verdict.error is not None:
         verdict.error = keys.seal_text(verdict.error)
     if verdict.traceback is not None:
@@ -247,8 +247,9 @@ def unfit(exc: PayloadError) -> Verdict:
     return failure(exc, retry_in=0.0, give_up=True)
 
 
-# A job whose payload needs an encryption key this worker lacks looks again this much later.
-KEY_WAIT = 60.0
+# A job whose payload needs an encryption key this worker lacks looks again this much later:
+# each look is a claim and an attempt row, so not often (an operator has a key to add).
+KEY_WAIT = 300.0
 
 
 def undecodable(bad: Undecodable) -> Outcome:

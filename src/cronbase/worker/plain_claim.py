@@ -39,7 +39,8 @@ class PlainKind(ClaimKind):
         params = claim_params(
             done=done, limit=limit, worker=self._worker_id, queues=queues, tasks=self._tasks
         )
-        result = await claim_jobs(conn, self._db.queries, params, self._db.read_payload)
+        db = self._db
+        result = await claim_jobs(conn, db.queries, params, db.json_loads, db.open_payload)
         retry_in = None
         if len(result.jobs) < limit and result.took is not None:
             # Slots left. The claim took as many tickets as it asked for, some of jobs no longer

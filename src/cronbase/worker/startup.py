@@ -23,6 +23,7 @@ from ..db.health import connect_when_ready, when_reachable
 from ..db.migrate import LATEST_VERSION
 from ..db.notifier import Notifier
 from ..db.pool import describe as describe_url
+from ..errors import ConfigurationError
 from ..operations.metrics import serve as serve_metrics
 from ..operations.metrics import stop as stop_metrics
 from ..operations.retention import Retention, prune_once, run_retention
@@ -85,6 +86,7 @@ async def assemble(plan: Plan, wake: asyncio.Event, stack: contextlib.AsyncExitS
     ``wake`` is the loop's: set when it should look for work (a notification, a freed slot)."""
     o = plan.options
     db = plan.db
+    _check_keys(plan)
     threads = ThreadPoolExecutor(o.concurrency, "cronbase-job")
     stack.callback(threads.shutdown, wait=False, cancel_futures=True)
     # First, so a busy port fails the worker before it connects, registers or says it started
@@ -185,6 +187,20 @@ async def assemble(plan: Plan, wake: asyncio.Event, stack: contextlib.AsyncExitS
         " schedules" if o.schedule else "",
     )
     return Parts(ledger, claimer, completer, runtime, notifier)
+
+
+def _check_keys(plan: Plan) -> None:
+    """A worker of encrypted tasks starts only with keys it can read (ConfigurationError, one
+    line): without them it would run a plain job of such a task (deferred before encrypt=True,
+    or from SQL) and then have no key to seal what it returned or raised."""
+    encrypted = sorted(name for name, task in plan.tasks.items() if task.defaults.encrypt)
+    if encrypted and plan.db.keys is None:
+        raise ConfigurationError(
+            f"task {', '.join(map(repr, encrypted[:3]))}{' and more' if len(encrypted) > 3 else ''}"
+            f" {'is' if len(encrypted) == 1 else 'are'} encrypted (encrypt=True), but no "
+            "encryption keys are configured: set CRONBASE_ENCRYPTION_KEYS or "
+            "App(encryption_keys=...)"
+        )
 
 
 @functools.cache

@@ -48,7 +48,7 @@ class DjangoDatabase(Database):
             # own adapters (a copy of the connection's) load it as cronbase's pool does.
             read_json_tolerantly(cur)
             cur.execute(query, params)
-            return cur.fetchall() if cur.description else []
+            return self.opened(cur.fetchall()) if cur.description else []
 
 
 def settings_of(db: Database, url: str | None = None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 -- Encrypted tasks' sealed values (payload/sealing.py; `cronbase keys`, operations/keys.py): the
 -- keys rows need, and rotation's re-sealing, in batches by id. A sealed JSON value names its key
--- at "$sealed"."k", anywhere in a payload (a workflow merges its parents' sealed results into a
--- child's payload) or a result; a sealed text starts "$sealed:<key id>:".
+-- at "$sealed"."k": a payload's or result's own envelope, and a workflow's sealed results merged
+-- into a payload as a member (or a list of them): where payload/sealing.py's envelopes() reads
+-- them, no deeper (a deeper "$sealed" is data). A sealed text starts "$sealed:<key id>:".
 
 -- name: sealed_jobs_batch
 -- The next live jobs past %(after)s holding a value sealed with a key other than %(primary)s,
@@ -9,9 +10,11 @@
 SELECT j.id, j.payload::text AS payload, j.result::text AS result, j.last_error
 FROM {schema}.jobs j
 WHERE j.id > %(after)s
-  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                WHERE k #>> '{{}}' <> %(primary)s)
-       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+       OR EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.*."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
+                  WHERE k #>> '{{}}' <> %(primary)s)
+       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                   WHERE k #>> '{{}}' <> %(primary)s)
        OR left(j.last_error, 8) = '$sealed:' AND split_part(j.last_error, ':', 2) <> %(primary)s)
 ORDER BY j.id
@@ -22,9 +25,11 @@ LIMIT %(limit)s;
 SELECT j.id, j.payload::text AS payload, j.result::text AS result, j.last_error
 FROM {schema}.jobs_history j
 WHERE j.id > %(after)s
-  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+  AND (EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                WHERE k #>> '{{}}' <> %(primary)s)
-       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+       OR EXISTS (SELECT FROM jsonb_path_query(j.payload, 'lax $.*."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
+                  WHERE k #>> '{{}}' <> %(primary)s)
+       OR EXISTS (SELECT FROM jsonb_path_query(j.result, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
                   WHERE k #>> '{{}}' <> %(primary)s)
        OR left(j.last_error, 8) = '$sealed:' AND split_part(j.last_error, ':', 2) <> %(primary)s)
 ORDER BY j.id
@@ -96,10 +101,13 @@ FROM {schema}.reseal_attempts(%(ids)s::bigint[], %(job_ids)s::bigint[], %(old_er
 SELECT used.key_id, count(*) AS sealed_values
 FROM (
     SELECT k #>> '{{}}' AS key_id
-    FROM {schema}.jobs_all j, jsonb_path_query(j.payload, 'lax $.**."$sealed".k') k
+    FROM {schema}.jobs_all j, jsonb_path_query(j.payload, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
     UNION ALL
     SELECT k #>> '{{}}'
-    FROM {schema}.jobs_all j, jsonb_path_query(j.result, 'lax $.**."$sealed".k') k
+    FROM {schema}.jobs_all j, jsonb_path_query(j.payload, 'lax $.*."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
+    UNION ALL
+    SELECT k #>> '{{}}'
+    FROM {schema}.jobs_all j, jsonb_path_query(j.result, 'lax $."$sealed" ? (@.k.type() == "string" && @.c.type() == "string").k') k
     UNION ALL
     SELECT split_part(j.last_error, ':', 2) FROM {schema}.jobs_all j
     WHERE left(j.last_error, 8) = '$sealed:'
