@@ -100,8 +100,8 @@ async def test_a_worker_cancelled_while_it_registers_leaves_no_row(
     written = asyncio.Event()
     register = startup._register
 
-    async def register_then_wait(worker: cronbase.Worker, pool: Any) -> None:
-        await register(worker, pool)
+    async def register_then_wait(*args: Any) -> None:
+        await register(*args)
         written.set()
         await asyncio.sleep(60)  # cancelled here, its row committed
 
