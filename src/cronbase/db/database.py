@@ -390,7 +390,7 @@ class Database:
         """Rows as views read them: an encrypted task's payload, result and errors opened with
         this process's keys, or marked encrypted with the key they need (payload/sealing.py
         open_row). The one place operator views decrypt: the worker opens what it claims
-        itself (read_payload), and logs never show either."""
+        itself (open_payload), and logs never show either."""
         keys: Keyring | None = None
         looked = False  # the keys are read once, and only when a row may be sealed
         for row in rows:
